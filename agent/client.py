@@ -1,0 +1,326 @@
+"""The agent's side of the portal protocol (``docs/agent-protocol.md``): typed messages and the HTTP calls.
+
+The agent holds no database credentials; this module is its only way to the control plane. Replies are parsed
+into frozen dataclasses here, at the edge, so the loop and the runner never touch raw JSON. A reply that does not
+parse is treated like a network failure (the loop backs off and retries) because every call of the protocol is
+idempotent: the next heartbeat repairs whatever a lost or garbled one missed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+import httpx
+
+log = logging.getLogger(__name__)
+
+#: Bytes of log sent per task per heartbeat (protocol limit).
+LOG_CHUNK_BYTES = 64 * 1024
+
+
+def agent_version() -> str:
+    """The installed package version; a source checkout that is not installed reports ``0.0.0+unknown``."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("corral")
+    except PackageNotFoundError:
+        return "0.0.0+unknown"
+
+
+class PortalUnavailable(Exception):
+    """The portal could not be reached, answered 5xx, or sent a reply that does not parse. Retry with backoff."""
+
+
+class RegisterAgain(Exception):
+    """The portal does not (or no longer) know this agent's session: it answered ``{"detail": "register again"}``."""
+
+
+class PortalRefused(Exception):
+    """The portal refused the call for a reason a retry will not fix by itself (bad token, 4xx).
+
+    The agent still retries (an admin may re-issue the token), but logs this as an error rather than a warning.
+    """
+
+
+class TaskState(StrEnum):
+    RUNNING = "running"
+    EXITED = "exited"
+    FAILED_TO_START = "failed_to_start"
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class TaskKey:
+    """One rank of one attempt of a job: the unit the agent starts, reports and forgets."""
+
+    job: int
+    attempt: int
+    rank: int
+
+    @property
+    def wire(self) -> str:
+        """The ``"job:attempt:rank"`` form used as a key of ``log_offsets``."""
+        return f"{self.job}:{self.attempt}:{self.rank}"
+
+    @classmethod
+    def parse(cls, text: str) -> TaskKey:
+        job, attempt, rank = (int(part) for part in text.split(":"))
+        return cls(job, attempt, rank)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuDescriptor:
+    """A GPU as the register call describes it. Kept separate from the probe's type so the wire format is ours."""
+
+    index: int
+    uuid: str
+    model: str
+    memory_mb: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"index": self.index, "uuid": self.uuid, "model": self.model, "memory_mb": self.memory_mb}
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterRequest:
+    hostname: str
+    address: str
+    agent_version: str
+    gpus: tuple[GpuDescriptor, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "hostname": self.hostname,
+            "address": self.address,
+            "agent_version": self.agent_version,
+            "gpus": [gpu.to_json() for gpu in self.gpus],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Registration:
+    node: str
+    heartbeat_interval: float
+    sample_interval: float
+
+
+@dataclass(frozen=True, slots=True)
+class TaskReport:
+    """One task as reported in a heartbeat, with the log written since ``log_offset``."""
+
+    key: TaskKey
+    state: TaskState
+    pid: int | None
+    exit_code: int | None
+    log_offset: int
+    log: str
+    log_size: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "job": self.key.job,
+            "attempt": self.key.attempt,
+            "rank": self.key.rank,
+            "state": str(self.state),
+            "pid": self.pid,
+            "exit_code": self.exit_code,
+            "log_offset": self.log_offset,
+            "log": self.log,
+            "log_size": self.log_size,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class StartOrder:
+    """A task to start. ``command`` is a shell string run by ``/bin/sh -c`` (or an argv list, run as is)."""
+
+    key: TaskKey
+    command: str | tuple[str, ...]
+    gpus: tuple[int, ...]
+    env: Mapping[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class KillOrder:
+    """Terminate every rank of ``(job, attempt)`` on this node. ``grace_seconds=None`` means the agent default."""
+
+    job: int
+    attempt: int
+    grace_seconds: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class ForgetOrder:
+    job: int
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatReply:
+    start: tuple[StartOrder, ...] = ()
+    kill: tuple[KillOrder, ...] = ()
+    forget: tuple[ForgetOrder, ...] = ()
+    log_offsets: Mapping[TaskKey, int] = field(default_factory=dict)
+    heartbeat_interval: float | None = None
+
+
+class PortalClient:
+    """Synchronous httpx calls of the protocol. One instance per thread (the loop and the shipper each own one).
+
+    ``token`` is a callable so a ``--token-file`` is re-read on every call: an admin can rotate a node's token by
+    rewriting the file, without restarting the agent and killing its jobs.
+    """
+
+    def __init__(
+        self,
+        server: str,
+        token: Callable[[], str],
+        *,
+        timeout: float = 10.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self._token = token
+        self._http = httpx.Client(
+            base_url=server.rstrip("/"),
+            timeout=timeout,
+            transport=transport,
+            headers={"User-Agent": f"corral-agent/{agent_version()}"},
+        )
+
+    def close(self) -> None:
+        self._http.close()
+
+    def register(self, request: RegisterRequest) -> Registration:
+        data = self._post("/api/v1/agent/register/", request.to_json())
+        try:
+            return Registration(
+                node=str(data["node"]),
+                heartbeat_interval=_positive(data.get("heartbeat_interval", 2.0)),
+                sample_interval=_positive(data.get("sample_interval", 10.0)),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise PortalUnavailable(f"malformed register reply: {exc!r}") from exc
+
+    def heartbeat(self, reports: Sequence[TaskReport]) -> HeartbeatReply:
+        data = self._post("/api/v1/agent/heartbeat/", {"tasks": [report.to_json() for report in reports]})
+        return parse_heartbeat_reply(data)
+
+    def post_samples(
+        self, samples: Sequence[Mapping[str, Any]], xid_events: Sequence[Mapping[str, Any]], dropped: int
+    ) -> int:
+        data = self._post(
+            "/api/v1/agent/samples/",
+            {"samples": list(samples), "xid_events": list(xid_events), "dropped": dropped},
+        )
+        accepted = data.get("accepted", len(samples))
+        return accepted if isinstance(accepted, int) else len(samples)
+
+    def _post(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        try:
+            token = self._token()
+        except OSError as exc:
+            raise PortalRefused(f"cannot read the node token: {exc}") from exc
+        try:
+            response = self._http.post(path, json=body, headers={"Authorization": f"Node {token}"})
+        except httpx.HTTPError as exc:
+            raise PortalUnavailable(f"{type(exc).__name__}: {exc}") from exc
+        if response.status_code >= 500:
+            raise PortalUnavailable(f"{path} answered {response.status_code}")
+        data = _json_object(response)
+        if response.status_code in (401, 409) and str(data.get("detail", "")).lower() == "register again":
+            raise RegisterAgain(path)
+        if response.status_code >= 400:
+            detail = data.get("detail") or response.text[:200]
+            raise PortalRefused(f"{path} answered {response.status_code}: {detail}")
+        return data
+
+
+def parse_heartbeat_reply(data: Mapping[str, Any]) -> HeartbeatReply:
+    """Parse a heartbeat reply. A malformed order is logged and skipped; the rest of the reply still applies."""
+    start: list[StartOrder] = []
+    for item in _list(data.get("start")):
+        try:
+            start.append(_start_order(item))
+        except (KeyError, TypeError, ValueError) as exc:
+            log.error("ignoring malformed start order %r: %s", item, exc)
+    kill: list[KillOrder] = []
+    for item in _list(data.get("kill")):
+        try:
+            grace = item.get("grace_seconds")
+            kill.append(KillOrder(_int(item["job"]), _int(item["attempt"]), None if grace is None else float(grace)))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            log.error("ignoring malformed kill order %r: %s", item, exc)
+    forget: list[ForgetOrder] = []
+    for item in _list(data.get("forget")):
+        try:
+            forget.append(ForgetOrder(_int(item["job"]), _int(item["attempt"])))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            log.error("ignoring malformed forget order %r: %s", item, exc)
+    offsets: dict[TaskKey, int] = {}
+    raw_offsets = data.get("log_offsets") or {}
+    if isinstance(raw_offsets, Mapping):
+        for wire, value in raw_offsets.items():
+            try:
+                offsets[TaskKey.parse(str(wire))] = max(0, _int(value))
+            except (TypeError, ValueError) as exc:
+                log.error("ignoring malformed log offset %r=%r: %s", wire, value, exc)
+    interval = data.get("heartbeat_interval")
+    try:
+        heartbeat_interval = None if interval is None else _positive(interval)
+    except (TypeError, ValueError):
+        heartbeat_interval = None
+    return HeartbeatReply(tuple(start), tuple(kill), tuple(forget), offsets, heartbeat_interval)
+
+
+def _start_order(item: Mapping[str, Any]) -> StartOrder:
+    command = item["command"]
+    if isinstance(command, list):
+        if not command or not all(isinstance(part, str) for part in command):
+            raise ValueError("command list must hold strings")
+        command = tuple(command)
+    elif not isinstance(command, str) or not command.strip():
+        raise ValueError("command must be a non-empty string")
+    env = item.get("env") or {}
+    if not isinstance(env, Mapping):
+        raise TypeError("env must be an object")
+    return StartOrder(
+        key=TaskKey(_int(item["job"]), _int(item["attempt"]), _int(item.get("rank", 0))),
+        command=command,
+        gpus=tuple(_int(gpu) for gpu in item.get("gpus") or ()),
+        env={str(name): str(value) for name, value in env.items()},
+    )
+
+
+def _json_object(response: httpx.Response) -> dict[str, Any]:
+    if not response.content:
+        return {}
+    try:
+        data = response.json()
+    except ValueError as exc:
+        if response.status_code >= 400:
+            return {}
+        raise PortalUnavailable(f"reply is not JSON ({response.status_code})") from exc
+    if not isinstance(data, dict):
+        raise PortalUnavailable(f"reply is not a JSON object ({response.status_code})")
+    return data
+
+
+def _list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _int(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"expected an integer, got {value!r}")
+    return value
+
+
+def _positive(value: object) -> float:
+    number = float(value)  # type: ignore[arg-type]
+    if not number > 0:
+        raise ValueError(f"expected a positive number, got {value!r}")
+    return number

@@ -1,0 +1,225 @@
+"""The heartbeat loop: report what runs here, do what the portal answers.
+
+One iteration (:meth:`Agent.step`) is: reap exits, collect a report per task with its new log output, POST the
+heartbeat, then apply the reply (kill, forget, start, log offsets). It is a plain method returning how long to
+wait, so tests drive it against a real HTTP peer one beat at a time and :meth:`Agent.run` only adds the waiting.
+
+Failure policy: the control plane being unreachable never stops the node. Tasks keep running, their logs keep
+accumulating on disk, and the next successful heartbeat sends everything from the offsets the portal holds.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+
+from agent.client import (
+    GpuDescriptor,
+    HeartbeatReply,
+    PortalClient,
+    PortalRefused,
+    PortalUnavailable,
+    RegisterAgain,
+    RegisterRequest,
+    Registration,
+    TaskKey,
+    TaskReport,
+    agent_version,
+)
+from agent.runner import Runner
+
+log = logging.getLogger(__name__)
+
+#: How often finished job directories older than the retention are deleted.
+PRUNE_EVERY_SECONDS = 3600.0
+#: Forgotten task keys remembered so that a stale, repeated ``start`` can never run a finished task twice.
+REMEMBER_FINISHED = 4096
+
+
+class Backoff:
+    """Exponential backoff with jitter, so a fleet of agents does not hammer a portal that is coming back up."""
+
+    def __init__(self, initial: float = 1.0, maximum: float = 30.0, factor: float = 2.0) -> None:
+        self.initial, self.maximum, self.factor = initial, maximum, factor
+        self._next = initial
+
+    def next(self) -> float:
+        delay = self._next
+        self._next = min(self.maximum, self._next * self.factor)
+        return delay * random.uniform(0.8, 1.2)
+
+    def reset(self) -> None:
+        self._next = self.initial
+
+
+class Agent:
+    """The node agent's control loop. Owns the runner; talks to the portal only through ``client``."""
+
+    def __init__(
+        self,
+        client: PortalClient,
+        runner: Runner,
+        *,
+        hostname: str,
+        address: str,
+        gpus: Sequence[GpuDescriptor],
+        grace: float = 10.0,
+        backoff: Backoff | None = None,
+        retention_seconds: float = 7 * 86400.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.client = client
+        self.runner = runner
+        self.request = RegisterRequest(hostname, address, agent_version(), tuple(gpus))
+        self.grace = grace
+        self.backoff = backoff or Backoff()
+        self.retention_seconds = retention_seconds
+        self.clock = clock
+        self.registration: Registration | None = None
+        self.heartbeat_interval = 2.0
+        #: Bytes of each task's log the portal holds (as far as we know); the next report sends from there.
+        self.sent_offsets: dict[TaskKey, int] = {}
+        #: Called with each successful registration (the telemetry shipper takes its sampling period from it).
+        self.on_registered: list[Callable[[Registration], None]] = []
+        self.finished: OrderedDict[TaskKey, None] = OrderedDict()
+        self._next_prune = clock()
+
+    # --- one iteration -----------------------------------------------------------------------------------------
+    def step(self) -> float:
+        """Register if needed, then one heartbeat. Returns the seconds to wait before the next step."""
+        if self.registration is None and not self.register():
+            return self.backoff.next()
+        self.runner.poll()
+        reports = self.collect_reports()
+        try:
+            reply = self.client.heartbeat(reports)
+        except RegisterAgain:
+            log.warning("portal asked this node to register again; its running tasks were requeued there")
+            self.lose_session()
+            return 0.0
+        except PortalUnavailable as exc:
+            log.warning("heartbeat failed (%s); retrying", exc)
+            return self.backoff.next()
+        except PortalRefused as exc:
+            log.error("heartbeat refused: %s", exc)
+            return self.backoff.next()
+        self.backoff.reset()
+        for report in reports:
+            self.sent_offsets[report.key] = report.log_offset + len(report.log.encode())
+        self.apply(reply)
+        self._maybe_prune()
+        return self.heartbeat_interval
+
+    def register(self) -> bool:
+        """POST register. On success the node's old session (if any) is gone on the portal side."""
+        try:
+            registration = self.client.register(self.request)
+        except (PortalUnavailable, RegisterAgain) as exc:
+            log.warning("cannot register with the portal (%s); retrying", exc)
+            return False
+        except PortalRefused as exc:
+            log.error("registration refused: %s", exc)
+            return False
+        self.registration = registration
+        self.heartbeat_interval = registration.heartbeat_interval
+        self.backoff.reset()
+        log.info(
+            "registered as node %s with %d GPU(s); heartbeat every %.1fs",
+            registration.node,
+            len(self.request.gpus),
+            registration.heartbeat_interval,
+        )
+        for callback in self.on_registered:
+            callback(registration)
+        return True
+
+    def collect_reports(self) -> list[TaskReport]:
+        """One report per tracked task, each carrying the log from the offset the portal holds."""
+        self.sent_offsets = {key: value for key, value in self.sent_offsets.items() if key in self.runner.tasks}
+        reports = []
+        for key, task in sorted(self.runner.tasks.items()):
+            chunk = self.runner.read_log(task, self.sent_offsets.get(key, 0))
+            reports.append(TaskReport(key, task.state, task.pid, task.exit_code, chunk.offset, chunk.text, chunk.size))
+        return reports
+
+    def apply(self, reply: HeartbeatReply) -> None:
+        """Apply a heartbeat reply: offsets first (they describe this very heartbeat), then kill, forget, start."""
+        for key, offset in reply.log_offsets.items():
+            if key in self.runner.tasks:
+                self.sent_offsets[key] = offset
+        for order in reply.kill:
+            grace = self.grace if order.grace_seconds is None else order.grace_seconds
+            for key in self._keys_of(order.job, order.attempt):
+                self.runner.kill(key, grace)
+        for order in reply.forget:
+            for key in self._keys_of(order.job, order.attempt):
+                self.runner.forget(key, self.grace)
+                self._remember_finished(key)
+        for start in reply.start:
+            if start.key in self.finished:
+                log.warning("ignoring a start order for task %s, which already ran here", start.key.wire)
+            elif start.key not in self.runner.tasks:
+                self.runner.start(start)
+        if reply.heartbeat_interval is not None:
+            self.heartbeat_interval = reply.heartbeat_interval
+
+    def lose_session(self) -> None:
+        """The portal treats this node as restarted and has requeued its tasks: stop them, then register anew.
+
+        Leaving them running would duplicate every job (two copies writing the same checkpoints) and hold GPUs the
+        portal now believes are free. This blocks for at most the grace period.
+        """
+        self.runner.terminate_all(self.grace)
+        for key in self.runner.tasks:
+            self._remember_finished(key)
+        self.runner.tasks.clear()
+        self.sent_offsets.clear()
+        self.registration = None
+
+    def _remember_finished(self, key: TaskKey) -> None:
+        self.finished[key] = None
+        while len(self.finished) > REMEMBER_FINISHED:
+            self.finished.popitem(last=False)
+
+    def _keys_of(self, job: int, attempt: int) -> list[TaskKey]:
+        return [key for key in self.runner.tasks if key.job == job and key.attempt == attempt]
+
+    def _maybe_prune(self) -> None:
+        if self.clock() >= self._next_prune:
+            self._next_prune = self.clock() + PRUNE_EVERY_SECONDS
+            removed = self.runner.prune(self.retention_seconds)
+            if removed:
+                log.info("deleted %d job directories older than the retention", removed)
+
+    # --- the loop ----------------------------------------------------------------------------------------------
+    def run(self, stop: threading.Event, *, tick: float = 0.2) -> None:
+        """Step until ``stop`` is set, then terminate every task (grace, then SIGKILL) and return.
+
+        Between heartbeats the runner is polled every ``tick`` seconds, so a SIGKILL due after a grace period is
+        sent on time even while the portal is unreachable and the next heartbeat is a long backoff away.
+        """
+        next_beat = self.clock()
+        while not stop.is_set():
+            if self.clock() >= next_beat:
+                try:
+                    delay = self.step()
+                except Exception:  # a bug must not orphan the node's jobs; log it and keep the node alive
+                    log.exception("unexpected error in the heartbeat loop")
+                    delay = self.backoff.next()
+                next_beat = self.clock() + delay
+            else:
+                self.runner.poll()
+            stop.wait(max(0.0, min(tick, next_beat - self.clock())))
+        self.shutdown()
+
+    def shutdown(self) -> None:
+        """Stop every task. Their exits are not reported: the portal requeues them when this node registers again
+        or times out, which is what a node going away should mean for its jobs (requeued, not failed)."""
+        running = sum(task.alive for task in self.runner.tasks.values())
+        if running:
+            log.info("stopping %d task(s) (grace %.1fs)", running, self.grace)
+        self.runner.terminate_all(self.grace)

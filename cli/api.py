@@ -1,0 +1,294 @@
+"""A small typed client for the portal's public REST API (``/api/v1/``), used by the ``corral`` commands.
+
+It exists so the commands never see an ``httpx`` exception or a status code: each method returns plain JSON typed
+with a ``TypedDict`` (the same dict ``--json`` prints), and every failure becomes one :class:`~cli.errors.CliError`
+with a sentence a user can act on (log in again, check the URL, fix the ``gpus`` field).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NotRequired, TypedDict, cast
+
+import httpx
+
+from cli.errors import CliError
+
+#: Seconds to wait for the portal; long enough for a busy portal, short enough that a dead one is reported quickly.
+TIMEOUT = 15.0
+
+
+class Job(TypedDict):
+    """A job as ``GET /api/v1/jobs/{id}/`` returns it."""
+
+    id: int
+    name: str
+    command: str
+    gpus: int
+    tenant: str
+    user: str
+    state: str
+    reason: str
+    reason_code: str
+    exit_code: int | None
+    node: str | None
+    nodes: list[str]
+    gpu_indices: list[Any]
+    attempt: int
+    hardware_retries: NotRequired[int]
+    submitted_at: str | None
+    started_at: str | None
+    finished_at: str | None
+    cancel_requested: bool
+    env: dict[str, str]
+
+
+class JobEvent(TypedDict):
+    """One line of a job's history, from ``GET /api/v1/jobs/{id}/events/``."""
+
+    at: str
+    kind: str
+    from_state: str | None
+    to_state: str | None
+    actor: str | None
+    reason: str
+
+
+class Gpu(TypedDict):
+    """One GPU of a node. ``state`` is ``free``, ``allocated`` (then ``job`` says to which job) or, when the GPU is
+    not healthy, its health (``cordoned``, ``unhealthy``) with ``health_detail`` saying why."""
+
+    index: int
+    uuid: str
+    model: str
+    memory_mb: int
+    health: str
+    health_detail: str
+    state: str
+    job: int | None
+
+
+class Node(TypedDict):
+    """A node as ``GET /api/v1/nodes/`` returns it."""
+
+    name: str
+    hostname: str
+    address: str
+    rack: str
+    state: str
+    state_reason: str
+    last_heartbeat: str | None
+    agent_version: str
+    gpus: list[Gpu]
+
+
+@dataclass(frozen=True, slots=True)
+class LogChunk:
+    """Bytes of a job's log from some offset, where to ask next, and the job's state when the chunk was read."""
+
+    data: bytes
+    next_offset: int
+    job_state: str | None
+
+
+class Client:
+    """One portal, one token. Methods map 1:1 to endpoints; ``job_id`` arguments produce "job N not found" on 404."""
+
+    def __init__(self, url: str, token: str | None = None, *, transport: httpx.BaseTransport | None = None) -> None:
+        self.url = url.rstrip("/")
+        self._token = token
+        headers = {"Accept": "application/json"}
+        if token:
+            headers["Authorization"] = f"Token {token}"
+        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=TIMEOUT, transport=transport)
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._http.close()
+
+    # -- endpoints ---------------------------------------------------------------------------------------------
+
+    def obtain_token(self, username: str, password: str) -> str:
+        """Trade a username and password for an API token (the only call that needs no token)."""
+        body = self._json("POST", "/api/v1/auth/token/", json={"username": username, "password": password}, auth=False)
+        token = body.get("token") if isinstance(body, dict) else None
+        if not isinstance(token, str) or not token:
+            raise CliError(f"the portal at {self.url} answered the login without a token; is this a Corral portal?")
+        return token
+
+    def submit_job(
+        self, *, name: str, command: str, gpus: int, tenant: str | None = None, env: Mapping[str, str] | None = None
+    ) -> Job:
+        """Submit a job; the portal picks the tenant when the user belongs to exactly one."""
+        payload: dict[str, Any] = {"name": name, "command": command, "gpus": gpus}
+        if tenant:
+            payload["tenant"] = tenant
+        if env:
+            payload["env"] = dict(env)
+        return cast(Job, self._json("POST", "/api/v1/jobs/", json=payload))
+
+    def list_jobs(
+        self,
+        *,
+        states: Sequence[str] = (),
+        tenant: str | None = None,
+        user: str | None = None,
+        mine: bool = False,
+        limit: int | None = None,
+    ) -> list[Job]:
+        """Jobs visible to the caller, newest first, following pagination until ``limit`` jobs are in hand.
+
+        ``states`` are OR-ed (the portal takes ``state`` repeatedly); ``mine`` leaves "who am I" to the portal.
+        """
+        params: list[tuple[str, str]] = [("state", s) for s in states]
+        params += [(k, v) for k, v in (("tenant", tenant), ("user", user)) if v]
+        if mine:
+            params.append(("mine", "true"))
+        return cast(list[Job], list(self._paginate("/api/v1/jobs/", params, limit)))
+
+    def get_job(self, job_id: int) -> Job:
+        return cast(Job, self._json("GET", f"/api/v1/jobs/{job_id}/", not_found=f"job {job_id} not found"))
+
+    def job_events(self, job_id: int) -> list[JobEvent]:
+        body = self._json("GET", f"/api/v1/jobs/{job_id}/events/", not_found=f"job {job_id} not found")
+        # Accept a paginated answer too, so a later server-side page size does not break the client.
+        return cast(list[JobEvent], body["results"] if isinstance(body, dict) and "results" in body else body)
+
+    def cancel_job(self, job_id: int) -> Job:
+        return cast(Job, self._json("POST", f"/api/v1/jobs/{job_id}/cancel/", not_found=f"job {job_id} not found"))
+
+    def job_log(self, job_id: int, offset: int = 0) -> LogChunk:
+        """Log bytes from ``offset``. The next offset comes from ``X-Log-Offset`` (the server counts bytes)."""
+        response = self._request(
+            "GET",
+            f"/api/v1/jobs/{job_id}/log/",
+            params={"offset": offset},
+            # Not plain "text/plain": DRF negotiates before the view runs and has no text renderer, so it would
+            # answer 406. JSON stays acceptable, which is also how 404s and 400s arrive.
+            headers={"Accept": "text/plain, application/json;q=0.9"},
+            not_found=f"job {job_id} not found",
+        )
+        header = response.headers.get("X-Log-Offset")
+        try:
+            next_offset = int(header) if header is not None else offset + len(response.content)
+        except ValueError as exc:
+            raise CliError(f"the portal at {self.url} sent a bad X-Log-Offset header: {header!r}") from exc
+        return LogChunk(data=response.content, next_offset=next_offset, job_state=response.headers.get("X-Job-State"))
+
+    def list_nodes(self) -> list[Node]:
+        return cast(list[Node], list(self._paginate("/api/v1/nodes/", [], None)))
+
+    # -- plumbing ----------------------------------------------------------------------------------------------
+
+    def _paginate(self, path: str, params: list[tuple[str, str]], limit: int | None) -> Iterator[dict[str, Any]]:
+        """Yield items across DRF pages by following ``next``; also accept a plain list from an unpaginated view."""
+        url: str | None = path
+        count = 0
+        while url:
+            body = self._json("GET", url, params=params if url == path else None)
+            items = body.get("results", []) if isinstance(body, dict) else body
+            if not isinstance(items, list):
+                raise CliError(f"the portal at {self.url} sent an unexpected answer for {path}")
+            for item in items:
+                yield item
+                count += 1
+                if limit is not None and count >= limit:
+                    return
+            url = body.get("next") if isinstance(body, dict) else None
+
+    def _json(self, method: str, url: str, **kwargs: Any) -> Any:
+        response = self._request(method, url, **kwargs)
+        try:
+            return response.json()
+        except ValueError as exc:
+            raise CliError(
+                f"the portal at {self.url} did not answer {method} {response.request.url.path} with JSON; "
+                "is the URL right?"
+            ) from exc
+
+    def _request(
+        self,
+        method: str,
+        url: str,
+        *,
+        not_found: str | None = None,
+        auth: bool = True,
+        **kwargs: Any,
+    ) -> httpx.Response:
+        if auth and not self._token:
+            raise CliError(f"not logged in to {self.url}; run `corral login` (or set CORRAL_TOKEN)")
+        try:
+            response = self._http.request(method, url, **kwargs)
+        except httpx.ConnectError as exc:
+            raise CliError(f"cannot reach the portal at {self.url} ({_reason(exc)}); is it running?") from exc
+        except httpx.TimeoutException as exc:
+            raise CliError(f"the portal at {self.url} did not answer within {TIMEOUT:g}s") from exc
+        except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
+            raise CliError(f"bad portal URL {self.url!r}: {exc}", exit_code=2) from exc
+        except httpx.HTTPError as exc:
+            raise CliError(f"talking to the portal at {self.url} failed: {_reason(exc)}") from exc
+        if response.is_success:
+            return response
+        raise CliError(self._describe_failure(response, not_found))
+
+    def _describe_failure(self, response: httpx.Response, not_found: str | None) -> str:
+        """Turn a non-2xx answer into one sentence; DRF's ``{"field": ["msg"]}`` becomes ``field: msg``."""
+        status = response.status_code
+        body = _json_or_none(response)
+        if status == 401:
+            detail = _detail(body) or "authentication failed"
+            return f"the portal at {self.url} refused your token ({detail.rstrip('.')}); run `corral login`"
+        if status == 404:
+            return not_found or f"the portal at {self.url} has no {response.request.url.path}; is the URL right?"
+        if status >= 500:
+            return f"the portal at {self.url} failed with HTTP {status} on {response.request.url.path}; try again later"
+        message = field_errors(body) if body is not None else ""
+        return message or f"the portal at {self.url} answered HTTP {status} on {response.request.url.path}"
+
+
+def field_errors(body: Any) -> str:
+    """Flatten a DRF error body into one line: ``gpus: Ensure ...; name: This field is required.``.
+
+    ``detail`` and ``non_field_errors`` are shown without a prefix because they are already sentences. Nested
+    errors (``env.FOO: ...``) keep their path so the user knows which key to fix.
+    """
+    parts: list[str] = []
+
+    def walk(value: Any, path: str) -> None:
+        if isinstance(value, Mapping):
+            for key, sub in value.items():
+                if key == "code" and isinstance(sub, str):
+                    continue  # the portal's machine-readable error code rides next to the messages; not for people
+                prefix = "" if key in ("detail", "non_field_errors") else str(key)
+                walk(sub, f"{path}.{prefix}" if path and prefix else path or prefix)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item, path)
+        elif value not in (None, ""):
+            parts.append(f"{path}: {value}" if path else str(value))
+
+    walk(body, "")
+    return "; ".join(parts)
+
+
+def _detail(body: Any) -> str:
+    return str(body["detail"]) if isinstance(body, dict) and body.get("detail") else ""
+
+
+def _json_or_none(response: httpx.Response) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        return None
+
+
+def _reason(exc: Exception) -> str:
+    """The innermost OS message (``Connection refused``) rather than httpx's wrapper text."""
+    cause: BaseException = exc
+    while cause.__cause__ is not None or cause.__context__ is not None:
+        cause = cause.__cause__ or cause.__context__  # type: ignore[assignment]
+    text = getattr(cause, "strerror", None) or str(cause) or type(cause).__name__
+    return str(text).removeprefix("[Errno 111] ")

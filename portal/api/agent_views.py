@@ -1,0 +1,61 @@
+"""The node agents' side of the API (docs/agent-protocol.md). Authenticated by node token only."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from drf_spectacular.utils import extend_schema
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from portal.api.auth import IsNodeAgent, NodeTokenAuthentication
+from portal.api.serializers import HeartbeatSerializer, RegisterSerializer
+from portal.nodes.services import GpuReport, TaskReport, node_heartbeat, node_register
+
+
+class AgentView(APIView):
+    authentication_classes = [NodeTokenAuthentication]
+    permission_classes = [IsNodeAgent]
+
+
+@extend_schema(tags=["agent"])
+class RegisterView(AgentView):
+    @extend_schema(request=RegisterSerializer)
+    def post(self, request: Request) -> Response:
+        body = RegisterSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        node = node_register(
+            node=request.auth,
+            hostname=data["hostname"],
+            address=data["address"] or request.META.get("REMOTE_ADDR", ""),
+            agent_version=data["agent_version"],
+            gpus=[GpuReport(**g) for g in data["gpus"]],
+        )
+        return Response(
+            {
+                "node": node.name,
+                "heartbeat_interval": settings.CORRAL_HEARTBEAT_INTERVAL,
+                "sample_interval": settings.CORRAL_SAMPLE_INTERVAL,
+            }
+        )
+
+
+@extend_schema(tags=["agent"])
+class HeartbeatView(AgentView):
+    @extend_schema(request=HeartbeatSerializer)
+    def post(self, request: Request) -> Response:
+        body = HeartbeatSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        if request.auth.registered_at is None:
+            return Response({"detail": "register again"}, status=409)
+        reply = node_heartbeat(node=request.auth, reports=[TaskReport(**t) for t in body.validated_data["tasks"]])
+        return Response(
+            {
+                "start": reply.start,
+                "kill": reply.kill,
+                "forget": reply.forget,
+                "log_offsets": reply.log_offsets,
+                "heartbeat_interval": settings.CORRAL_HEARTBEAT_INTERVAL,
+            }
+        )

@@ -1,0 +1,48 @@
+"""Authentication of node agents: ``Authorization: Node <token>``, a per-node token of which only a hash is kept.
+
+An agent is not a user: it gets a :class:`NodePrincipal`, and agent views accept nothing else, so a user token
+cannot impersonate a node and a node token cannot read jobs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rest_framework import authentication, exceptions, permissions
+
+from portal.nodes.models import Node
+from portal.nodes.services import node_for_token
+
+
+@dataclass(frozen=True)
+class NodePrincipal:
+    node: Node
+    is_authenticated: bool = True
+    is_staff: bool = False
+    is_superuser: bool = False
+
+    def get_username(self) -> str:
+        return f"agent:{self.node.name}"
+
+
+class NodeTokenAuthentication(authentication.BaseAuthentication):
+    keyword = "Node"
+
+    def authenticate(self, request):  # noqa: ANN001, ANN201 - DRF's signature
+        header = authentication.get_authorization_header(request).split()
+        if not header or header[0].decode(errors="replace") != self.keyword:
+            return None
+        if len(header) != 2:
+            raise exceptions.AuthenticationFailed("Invalid node token header.")
+        node = node_for_token(header[1].decode(errors="replace"))
+        if node is None:
+            raise exceptions.AuthenticationFailed("Unknown node token.")
+        return (NodePrincipal(node), node)
+
+    def authenticate_header(self, request) -> str:  # noqa: ANN001
+        return self.keyword
+
+
+class IsNodeAgent(permissions.BasePermission):
+    def has_permission(self, request, view) -> bool:  # noqa: ANN001
+        return isinstance(request.user, NodePrincipal)

@@ -1,0 +1,22 @@
+"""The one filterset for jobs, shared by the API list and the htmx job table."""
+
+from __future__ import annotations
+
+import django_filters
+
+from portal.jobs.models import JOB_STATE_CHOICES, Job
+
+
+class JobFilter(django_filters.FilterSet):
+    state = django_filters.MultipleChoiceFilter(choices=JOB_STATE_CHOICES)
+    tenant = django_filters.CharFilter(field_name="tenant__slug")
+    user = django_filters.CharFilter(field_name="user__username")
+    name = django_filters.CharFilter(field_name="name", lookup_expr="icontains")
+    mine = django_filters.BooleanFilter(method="filter_mine", label="Only my jobs")
+
+    class Meta:
+        model = Job
+        fields = ["state", "tenant", "user", "name"]
+
+    def filter_mine(self, queryset, name, value):  # noqa: ANN001, ANN201 - django-filter's signature
+        return queryset.filter(user=self.request.user) if value and self.request else queryset

@@ -1,0 +1,135 @@
+"""API shapes. Input serializers check types and ranges (400 with field errors); services decide the rest."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from portal.jobs.models import Job, JobEvent
+from portal.nodes.models import Gpu, Node
+
+MAX_GPUS_PER_JOB = 4096
+
+
+class JobSubmitSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+    command = serializers.CharField(max_length=16_000, trim_whitespace=False)
+    gpus = serializers.IntegerField(min_value=1, max_value=MAX_GPUS_PER_JOB)
+    tenant = serializers.SlugField(required=False, allow_null=True, default=None)
+    env = serializers.DictField(child=serializers.CharField(allow_blank=True, max_length=8192), required=False)
+
+    def validate_command(self, value: str) -> str:
+        if not value.strip():
+            raise serializers.ValidationError("This field may not be blank.")
+        return value
+
+    def validate_env(self, value: dict[str, str]) -> dict[str, str]:
+        if len(value) > 200:
+            raise serializers.ValidationError("At most 200 variables.")
+        return value
+
+
+class JobSerializer(serializers.ModelSerializer):
+    tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    user = serializers.CharField(source="user.username", read_only=True)
+    cancel_requested = serializers.SerializerMethodField()
+    node = serializers.SerializerMethodField()
+    nodes = serializers.SerializerMethodField()
+    gpu_indices = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Job
+        fields = [
+            "id", "name", "command", "gpus", "tenant", "user", "env", "state", "reason", "reason_code",
+            "exit_code", "attempt", "node", "nodes", "gpu_indices", "cancel_requested", "hardware_retries",
+            "submitted_at", "started_at", "finished_at",
+        ]
+        read_only_fields = fields
+
+    def _tasks(self, job: Job) -> list:
+        # The views prefetch ``tasks__node``; only the current attempt says where the job runs now.
+        if job.state != "running":
+            return []
+        return [t for t in job.tasks.all() if t.attempt == job.attempt]
+
+    def get_cancel_requested(self, job: Job) -> bool:
+        return job.cancel_requested_at is not None
+
+    def get_node(self, job: Job) -> str | None:
+        tasks = self._tasks(job)
+        return tasks[0].node.name if tasks else None
+
+    def get_nodes(self, job: Job) -> list[str]:
+        return [t.node.name for t in self._tasks(job)]
+
+    def get_gpu_indices(self, job: Job) -> list[int]:
+        tasks = self._tasks(job)
+        return list(tasks[0].gpu_indices) if len(tasks) == 1 else [i for t in tasks for i in t.gpu_indices]
+
+
+class JobEventSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = JobEvent
+        fields = ["at", "kind", "from_state", "to_state", "actor", "reason"]
+
+
+class GpuSerializer(serializers.ModelSerializer):
+    job = serializers.SerializerMethodField()
+    state = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Gpu
+        fields = ["index", "uuid", "model", "memory_mb", "health", "health_detail", "state", "job"]
+
+    def get_job(self, gpu: Gpu) -> int | None:
+        return self.context.get("busy", {}).get(gpu.pk)
+
+    def get_state(self, gpu: Gpu) -> str:
+        if gpu.health != "healthy":
+            return gpu.health
+        return "allocated" if gpu.pk in self.context.get("busy", {}) else "free"
+
+
+class NodeSerializer(serializers.ModelSerializer):
+    gpus = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Node
+        fields = ["name", "hostname", "address", "rack", "state", "state_reason", "last_heartbeat", "agent_version",
+                  "gpus"]
+
+    def get_gpus(self, node: Node) -> list[dict]:
+        gpus = [g for g in node.gpus.all() if g.present]
+        return GpuSerializer(gpus, many=True, context=self.context).data
+
+
+# --- agent protocol (docs/agent-protocol.md) ---------------------------------------------------------------------
+class GpuReportSerializer(serializers.Serializer):
+    index = serializers.IntegerField(min_value=0, max_value=1023)
+    uuid = serializers.CharField(max_length=100)
+    model = serializers.CharField(max_length=100, allow_blank=True, required=False, default="")
+    memory_mb = serializers.IntegerField(min_value=0, required=False, default=0)
+
+
+class RegisterSerializer(serializers.Serializer):
+    hostname = serializers.CharField(max_length=255, allow_blank=True, required=False, default="")
+    address = serializers.CharField(max_length=255, allow_blank=True, required=False, default="")
+    agent_version = serializers.CharField(max_length=50, allow_blank=True, required=False, default="")
+    gpus = GpuReportSerializer(many=True)
+
+
+class TaskReportSerializer(serializers.Serializer):
+    job = serializers.IntegerField(min_value=1)
+    attempt = serializers.IntegerField(min_value=0)
+    rank = serializers.IntegerField(min_value=0, required=False, default=0)
+    state = serializers.ChoiceField(choices=["running", "exited", "failed_to_start"])
+    pid = serializers.IntegerField(allow_null=True, required=False, default=None)
+    exit_code = serializers.IntegerField(allow_null=True, required=False, default=None)
+    log_offset = serializers.IntegerField(min_value=0, required=False, default=0)
+    log = serializers.CharField(allow_blank=True, required=False, default="", trim_whitespace=False,
+                                max_length=1_000_000)
+    log_end = serializers.IntegerField(min_value=0, allow_null=True, required=False, default=None)
+    log_size = serializers.IntegerField(min_value=0, required=False, default=0)
+
+
+class HeartbeatSerializer(serializers.Serializer):
+    tasks = TaskReportSerializer(many=True, required=False, default=list)

@@ -1,0 +1,18 @@
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from rest_framework.routers import DefaultRouter
+
+from portal.api import agent_views, views
+
+router = DefaultRouter()
+router.register("jobs", views.JobViewSet, basename="job")
+router.register("nodes", views.NodeViewSet, basename="node")
+
+urlpatterns = [
+    path("auth/token/", views.TokenView.as_view(), name="api-token"),
+    path("agent/register/", agent_views.RegisterView.as_view(), name="agent-register"),
+    path("agent/heartbeat/", agent_views.HeartbeatView.as_view(), name="agent-heartbeat"),
+    path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("", include(router.urls)),
+]

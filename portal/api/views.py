@@ -1,0 +1,99 @@
+"""REST API views. They parse input, call one service or selector, and render; no business logic here."""
+
+from __future__ import annotations
+
+from django.db.models import Prefetch, QuerySet
+from django.http import HttpResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import mixins, serializers, status, viewsets
+from rest_framework.authtoken.views import ObtainAuthToken
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from portal.api.filters import JobFilter
+from portal.api.serializers import JobEventSerializer, JobSerializer, JobSubmitSerializer, NodeSerializer
+from portal.jobs.models import Allocation, Job, JobTask
+from portal.jobs.selectors import job_list, job_log_read
+from portal.jobs.services import job_cancel, job_submit
+from portal.nodes.models import Gpu, Node
+
+
+def jobs_with_placement(queryset: QuerySet[Job]) -> QuerySet[Job]:
+    """Prefetch what the job serializer shows about placement, so a page of jobs costs a fixed number of queries."""
+    return queryset.prefetch_related(Prefetch("tasks", queryset=JobTask.objects.select_related("node")))
+
+
+class TokenView(ObtainAuthToken):
+    """Exchange a username and password for an API token (the same token on every call)."""
+
+    @extend_schema(
+        request=inline_serializer(
+            "TokenRequest", {"username": serializers.CharField(), "password": serializers.CharField()}
+        ),
+        responses={200: inline_serializer("TokenResponse", {"token": serializers.CharField()})},
+    )
+    def post(self, request: Request, *args: object, **kwargs: object) -> Response:
+        return super().post(request, *args, **kwargs)
+
+
+class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, viewsets.GenericViewSet):
+    """Jobs visible to the caller: their tenants' jobs (all jobs for staff)."""
+
+    serializer_class = JobSerializer
+    filterset_class = JobFilter
+
+    def get_queryset(self) -> QuerySet[Job]:
+        return jobs_with_placement(job_list(user=self.request.user))
+
+    @extend_schema(request=JobSubmitSerializer, responses={201: JobSerializer})
+    def create(self, request: Request, *args: object, **kwargs: object) -> Response:
+        spec = JobSubmitSerializer(data=request.data)
+        spec.is_valid(raise_exception=True)
+        job = job_submit(user=request.user, **spec.validated_data)
+        job = self.get_queryset().get(pk=job.pk)
+        return Response(JobSerializer(job).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses={200: JobSerializer})
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, pk: str | None = None) -> Response:
+        job = job_cancel(job=self.get_object(), by=request.user)
+        return Response(JobSerializer(self.get_queryset().get(pk=job.pk)).data)
+
+    @extend_schema(responses={200: JobEventSerializer(many=True)})
+    @action(detail=True, methods=["get"])
+    def events(self, request: Request, pk: str | None = None) -> Response:
+        return Response(JobEventSerializer(self.get_object().events.all(), many=True).data)
+
+    @extend_schema(
+        parameters=[OpenApiParameter("offset", int, description="Character offset to read from (default 0).")],
+        responses={(200, "text/plain"): OpenApiTypes.STR},
+    )
+    @action(detail=True, methods=["get"])
+    def log(self, request: Request, pk: str | None = None) -> HttpResponse:
+        """Output so far from ``offset``. Follow a job by passing back the ``X-Log-Offset`` header."""
+        offset_field = serializers.IntegerField(min_value=0, required=False)
+        try:
+            offset = offset_field.run_validation(request.query_params.get("offset", 0))
+        except serializers.ValidationError as exc:
+            raise serializers.ValidationError({"offset": exc.detail}) from exc
+        job = self.get_object()
+        text, next_offset = job_log_read(job=job, offset=offset)
+        response = HttpResponse(text, content_type="text/plain; charset=utf-8")
+        response["X-Log-Offset"] = str(next_offset)
+        response["X-Job-State"] = job.state
+        return response
+
+
+class NodeViewSet(viewsets.ReadOnlyModelViewSet):
+    """Nodes and their GPUs, with which job holds each GPU. Visible to every signed-in user."""
+
+    serializer_class = NodeSerializer
+    lookup_field = "name"
+    queryset = Node.objects.prefetch_related(Prefetch("gpus", queryset=Gpu.objects.order_by("index")))
+
+    def get_serializer_context(self) -> dict:
+        context = super().get_serializer_context()
+        context["busy"] = dict(Allocation.objects.filter(released_at__isnull=True).values_list("gpu_id", "job_id"))
+        return context

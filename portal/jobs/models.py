@@ -1,0 +1,189 @@
+"""Jobs, their history, where they run, and their output."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from scheduling.core.states import TERMINAL, JobState
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+
+JOB_STATE_CHOICES = [(s.value, s.value.capitalize()) for s in JobState]
+ACTIVE_STATES = [JobState.PENDING.value, JobState.RUNNING.value]
+TERMINAL_STATES = [s.value for s in TERMINAL]
+
+
+class JobQuerySet(models.QuerySet["Job"]):
+    def visible_to(self, user: AbstractBaseUser | AnonymousUser) -> JobQuerySet:
+        """The one place that says who sees which job: a member sees every job of their tenants; staff see all.
+
+        Used by the HTML views and the API alike, so a job of another tenant is a 404 everywhere.
+        """
+        if not user.is_authenticated:
+            return self.none()
+        if user.is_staff:
+            return self.all()
+        return self.filter(tenant__memberships__user=user).distinct()
+
+    def active(self) -> JobQuerySet:
+        return self.filter(state__in=ACTIVE_STATES)
+
+
+class Job(models.Model):
+    """A command to run on ``gpus`` GPUs, gang-scheduled (all at once, or not at all).
+
+    ``attempt`` counts starts: a requeue (lost node, hardware fault, preemption) starts a new attempt, and rows
+    belonging to an older attempt (tasks, allocations, agent reports) are ignored from then on.
+    """
+
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.PROTECT, related_name="jobs")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs")
+    name = models.CharField(max_length=200)
+    command = models.TextField()
+    gpus = models.PositiveIntegerField()
+    env = models.JSONField(default=dict, blank=True)
+    state = models.CharField(max_length=16, choices=JOB_STATE_CHOICES, default=JobState.PENDING.value)
+    reason_code = models.CharField(max_length=40, blank=True, help_text="Why a pending job waits (WaitReason).")
+    reason = models.CharField(max_length=255, blank=True)
+    attempt = models.PositiveIntegerField(default=0)
+    exit_code = models.IntegerField(null=True, blank=True)
+    hardware_retries = models.PositiveIntegerField(default=0)
+    submitted_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    queued_at = models.DateTimeField(null=True, blank=True, help_text="When it last entered the queue.")
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    attained_service = models.FloatField(default=0.0, help_text="GPU-seconds run in earlier attempts.")
+    log_size = models.PositiveBigIntegerField(default=0, help_text="Characters of output stored so far.")
+
+    objects = JobQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-submitted_at", "-id"]
+        indexes = [models.Index(fields=["state", "submitted_at"], name="jobs_job_state_submitted")]
+        constraints = [
+            models.CheckConstraint(condition=Q(gpus__gte=1), name="%(app_label)s_%(class)s_gpus_gte_1"),
+            models.CheckConstraint(
+                condition=Q(state__in=[s.value for s in JobState]), name="%(app_label)s_%(class)s_state_valid"
+            ),
+            models.CheckConstraint(
+                condition=~Q(state__in=TERMINAL_STATES) | Q(finished_at__isnull=False),
+                name="%(app_label)s_%(class)s_finished_has_time",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"job {self.pk} ({self.name})"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+
+class EventKind(models.TextChoices):
+    SUBMITTED = "submitted", "Submitted"
+    STARTED = "started", "Placed and started"
+    RUNNING = "running", "Processes running"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    CANCEL_REQUESTED = "cancel_requested", "Cancel requested"
+    CANCELLED = "cancelled", "Cancelled"
+    REQUEUED = "requeued", "Requeued"
+    PREEMPTED = "preempted", "Preempted"
+
+
+class JobEvent(models.Model):
+    """One recorded change of a job: every state change writes one, with who did it and why."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
+    at = models.DateTimeField(auto_now_add=True, db_index=True)
+    kind = models.CharField(max_length=24, choices=EventKind.choices)
+    from_state = models.CharField(max_length=16, blank=True)
+    to_state = models.CharField(max_length=16, blank=True)
+    actor = models.CharField(max_length=150, help_text="A username, 'scheduler', or 'agent:<node>'.")
+    reason = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.job_id}: {self.kind} by {self.actor}"
+
+
+class Allocation(models.Model):
+    """A GPU given to one attempt of a job. While ``released_at`` is empty the GPU is taken; a partial unique
+    constraint makes a second active allocation of the same GPU impossible, whatever the application does."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="allocations")
+    attempt = models.PositiveIntegerField()
+    gpu = models.ForeignKey("nodes.Gpu", on_delete=models.PROTECT, related_name="allocations")
+    node = models.ForeignKey("nodes.Node", on_delete=models.PROTECT, related_name="allocations")
+    rank = models.PositiveIntegerField(help_text="Node rank of the gang member that uses this GPU.")
+    created_at = models.DateTimeField(auto_now_add=True)
+    released_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["gpu"], condition=Q(released_at__isnull=True), name="%(app_label)s_%(class)s_one_active_per_gpu"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} on gpu {self.gpu_id}"
+
+
+class TaskState(models.TextChoices):
+    ASSIGNED = "assigned", "Assigned"  # the agent has been told to start it
+    RUNNING = "running", "Running"
+    EXITED = "exited", "Exited"
+    LOST = "lost", "Lost"  # its node died or restarted before it exited
+
+
+class JobTask(models.Model):
+    """One process of one attempt: a gang of N nodes has N tasks, one per node, ranked from 0."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="tasks")
+    attempt = models.PositiveIntegerField()
+    rank = models.PositiveIntegerField()
+    node = models.ForeignKey("nodes.Node", on_delete=models.PROTECT, related_name="tasks")
+    gpu_indices = models.JSONField(default=list)
+    state = models.CharField(max_length=16, choices=TaskState.choices, default=TaskState.ASSIGNED)
+    pid = models.IntegerField(null=True, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    kill_requested = models.BooleanField(default=False)
+    log_received = models.PositiveBigIntegerField(default=0, help_text="Bytes of the agent's log file received.")
+    forgotten = models.BooleanField(default=False, help_text="The agent was told it may drop this task.")
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["job_id", "attempt", "rank"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["job", "attempt", "rank"], name="%(app_label)s_%(class)s_unique_job_attempt_rank"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} attempt {self.attempt} rank {self.rank}"
+
+
+class JobLogChunk(models.Model):
+    """A piece of a job's output, starting at character ``offset`` of the job's log."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="log_chunks")
+    offset = models.PositiveBigIntegerField()
+    data = models.TextField()
+
+    class Meta:
+        ordering = ["job_id", "offset"]
+        constraints = [
+            models.UniqueConstraint(fields=["job", "offset"], name="%(app_label)s_%(class)s_unique_job_offset"),
+        ]

@@ -1,0 +1,286 @@
+"""Services that change jobs. Each is keyword-only, runs in one transaction, checks the state table of
+``scheduling.core.states`` and records a :class:`JobEvent` for every state change.
+
+Side effects outside the database (kicking the scheduler) are queued with ``transaction.on_commit`` so they
+never fire for a change that rolled back.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from portal.errors import Conflict, NotAllowed, QuotaExceeded, ValidationFailed
+from portal.jobs.models import ACTIVE_STATES, Allocation, EventKind, Job, JobEvent, JobLogChunk, JobTask, TaskState
+from portal.nodes.models import Gpu
+from portal.tenants.models import Membership, Quota, Role, Tenant
+from scheduling.core.states import InvalidTransition, JobState, check_transition
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AbstractBaseUser
+
+MAX_COMMAND_CHARS = 16_000
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: Variables the portal sets for each task; a user's env may not override them.
+RESERVED_ENV = frozenset(
+    {"CUDA_VISIBLE_DEVICES", "CORRAL_JOB_ID", "CORRAL_ATTEMPT", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK",
+     "LOCAL_RANK", "NODE_RANK", "CORRAL_NNODES", "CORRAL_NODE_RANK"}
+)
+
+
+def _record(job: Job, kind: str, *, actor: str, reason: str = "", from_state: str = "", to_state: str = "") -> None:
+    JobEvent.objects.create(
+        job=job, kind=kind, actor=actor, reason=reason, from_state=from_state, to_state=to_state
+    )
+
+
+def _kick_scheduler() -> None:
+    """Ask for a scheduling round once the current transaction commits (submit, finish, cancel all free or
+    need GPUs). ``robust``: if the broker is briefly unreachable the change still stands and the beat-driven
+    round places the job a few seconds later. Imported lazily: the task module imports services."""
+    from scheduling.live.tasks import schedule_round
+
+    transaction.on_commit(lambda: schedule_round.delay(), robust=True)
+
+
+def job_transition(job: Job, target: JobState, *, kind: str, actor: str, reason: str = "") -> Job:
+    """Move a locked ``job`` to ``target`` if the state table allows it, stamping times and recording the event.
+
+    Precondition: the caller holds ``job``'s row lock inside a transaction.
+    """
+    current = JobState(job.state)
+    check_transition(current, target)
+    now = timezone.now()
+    job.state = target.value
+    if target is JobState.RUNNING:
+        job.started_at = now
+        job.reason_code, job.reason = "", ""
+    elif target is JobState.PENDING:
+        job.queued_at = now
+    else:  # terminal
+        job.finished_at = now
+        job.reason_code, job.reason = "", ""
+    job.save()
+    _record(job, kind, actor=actor, reason=reason, from_state=current.value, to_state=target.value)
+    return job
+
+
+def _membership(user: AbstractBaseUser, tenant: Tenant) -> Membership | None:
+    return Membership.objects.filter(user=user, tenant=tenant).first()
+
+
+def _resolve_tenant(user: AbstractBaseUser, tenant: Tenant | str | None) -> Tenant:
+    if isinstance(tenant, Tenant):
+        resolved = tenant
+    elif tenant:
+        resolved = Tenant.objects.filter(slug=tenant).first()
+        if resolved is None:
+            raise ValidationFailed(f"unknown tenant '{tenant}'", field="tenant")
+    else:
+        slugs = list(Membership.objects.filter(user=user).values_list("tenant__slug", flat=True)[:2])
+        if len(slugs) != 1:
+            problem = "you belong to no tenant" if not slugs else "you belong to several tenants; name one"
+            raise ValidationFailed(problem, field="tenant")
+        return Tenant.objects.get(slug=slugs[0])
+    if not user.is_staff and _membership(user, resolved) is None:
+        # Same words as for an unknown tenant: do not confirm that another tenant exists.
+        raise ValidationFailed(f"unknown tenant '{resolved.slug}'", field="tenant")
+    return resolved
+
+
+def _validate_spec(*, name: str, command: str, gpus: int, env: Mapping[str, str]) -> None:
+    if not command.strip():
+        raise ValidationFailed("the command is empty", field="command")
+    if len(command) > MAX_COMMAND_CHARS:
+        raise ValidationFailed(f"the command is longer than {MAX_COMMAND_CHARS} characters", field="command")
+    if "\x00" in command:
+        raise ValidationFailed("the command contains a NUL character", field="command")
+    if not name.strip():
+        raise ValidationFailed("the name is empty", field="name")
+    if gpus < 1:
+        raise ValidationFailed("a job needs at least 1 GPU", field="gpus")
+    for key, value in env.items():
+        if not ENV_NAME.match(key):
+            raise ValidationFailed(f"'{key}' is not a valid environment variable name", field="env")
+        if key in RESERVED_ENV:
+            raise ValidationFailed(f"'{key}' is set by Corral and cannot be overridden", field="env")
+        if not isinstance(value, str) or "\x00" in value:
+            raise ValidationFailed(f"the value of '{key}' must be a string without NUL characters", field="env")
+
+
+def _check_fits(*, tenant: Tenant, gpus: int, quota: Quota | None) -> None:
+    """Refuse at submit a job that could never start, so it does not wait forever with no hope."""
+    if quota is not None and quota.gpu_limit is not None and gpus > quota.gpu_limit:
+        raise ValidationFailed(
+            f"tenant '{tenant.slug}' may use at most {quota.gpu_limit} GPUs at once; this job asks for {gpus}",
+            field="gpus",
+        )
+    if quota is not None and quota.user_gpu_limit is not None and gpus > quota.user_gpu_limit:
+        raise ValidationFailed(
+            f"each member of '{tenant.slug}' may use at most {quota.user_gpu_limit} GPUs; this job asks for {gpus}",
+            field="gpus",
+        )
+    cluster_gpus = Gpu.objects.filter(present=True).count()
+    if gpus > cluster_gpus:
+        raise ValidationFailed(f"the cluster has {cluster_gpus} GPUs; this job asks for {gpus}", field="gpus")
+
+
+@transaction.atomic
+def job_submit(
+    *,
+    user: AbstractBaseUser,
+    command: str,
+    gpus: int,
+    name: str = "",
+    tenant: Tenant | str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Job:
+    """Queue a new job for ``user`` in ``tenant`` (their only tenant when omitted).
+
+    Refuses (``ValidationFailed``, field-scoped) a job that could never run: empty command, bad env, more GPUs than
+    the tenant's cap or the cluster; refuses (``QuotaExceeded``) when the tenant already has ``max_active_jobs``
+    jobs pending or running. That count is taken under the quota row's lock, so concurrent submits cannot
+    overshoot it. Side effects: a ``submitted`` event; a scheduling round after commit.
+    """
+    env = dict(env or {})
+    name = (name or command.strip().split("\n", 1)[0])[:200]
+    _validate_spec(name=name, command=command, gpus=gpus, env=env)
+    resolved = _resolve_tenant(user, tenant)
+    quota = Quota.objects.select_for_update().filter(tenant=resolved).first()
+    _check_fits(tenant=resolved, gpus=gpus, quota=quota)
+    if quota is not None and quota.max_active_jobs is not None:
+        active = Job.objects.filter(tenant=resolved, state__in=ACTIVE_STATES).count()
+        if active >= quota.max_active_jobs:
+            raise QuotaExceeded(
+                f"tenant '{resolved.slug}' already has {active} jobs pending or running (its limit)"
+            )
+    job = Job.objects.create(
+        tenant=resolved, user=user, name=name, command=command, gpus=gpus, env=env, queued_at=timezone.now()
+    )
+    _record(job, EventKind.SUBMITTED, actor=user.get_username(), to_state=JobState.PENDING.value)
+    _kick_scheduler()
+    return job
+
+
+def _may_manage(user: AbstractBaseUser, job: Job) -> bool:
+    if user.is_staff or job.user_id == user.pk:
+        return True
+    membership = _membership(user, job.tenant)
+    return membership is not None and membership.role == Role.ADMIN
+
+
+@transaction.atomic
+def job_cancel(*, job: Job, by: AbstractBaseUser) -> Job:
+    """Cancel ``job`` on behalf of ``by`` (its owner, a tenant admin or staff).
+
+    A pending job is cancelled at once. A running job is marked ``cancel_requested`` and its tasks are told to
+    stop (SIGTERM, then SIGKILL after the grace period); it becomes ``cancelled`` when its processes have exited,
+    so its GPUs are never handed out while a process still holds them. Refused with ``Conflict`` when finished.
+    """
+    job = Job.objects.select_for_update().get(pk=job.pk)
+    if not _may_manage(by, job):
+        raise NotAllowed("only the job's owner or a tenant admin can cancel it")
+    actor = by.get_username()
+    state = JobState(job.state)
+    if state is JobState.PENDING:
+        return job_transition(job, JobState.CANCELLED, kind=EventKind.CANCELLED, actor=actor)
+    if state is JobState.RUNNING:
+        if job.cancel_requested_at is None:
+            job.cancel_requested_at = timezone.now()
+            job.save(update_fields=["cancel_requested_at"])
+            JobTask.objects.filter(job=job, attempt=job.attempt).update(kill_requested=True)
+            _record(job, EventKind.CANCEL_REQUESTED, actor=actor, reason="stopping its processes")
+        return job
+    raise Conflict(f"job {job.pk} has already {state.value}")
+
+
+def job_requeue(job: Job, *, actor: str, reason: str, hardware: bool) -> Job:
+    """Put a running ``job`` back in the queue as a whole gang: every task of its attempt is told to stop.
+
+    ``hardware`` jobs (lost node, fatal GPU fault) count against ``CORRAL_MAX_HARDWARE_RETRIES``; past it the job
+    fails instead of looping forever on a broken cluster. Precondition: ``job`` is row-locked by the caller.
+    GPUs of tasks that are still alive stay allocated until those tasks report their exit.
+    """
+    if job.state != JobState.RUNNING.value:
+        raise InvalidTransition(JobState(job.state), JobState.PENDING)
+    JobTask.objects.filter(job=job, attempt=job.attempt, state__in=[TaskState.ASSIGNED, TaskState.RUNNING]).update(
+        kill_requested=True
+    )
+    if job.cancel_requested_at is not None:
+        return job_transition(job, JobState.CANCELLED, kind=EventKind.CANCELLED, actor=actor, reason=reason)
+    if hardware:
+        job.hardware_retries += 1
+        if job.hardware_retries > settings.CORRAL_MAX_HARDWARE_RETRIES:
+            job.exit_code = None
+            return job_transition(
+                job, JobState.FAILED, kind=EventKind.FAILED, actor=actor,
+                reason=f"{reason}; gave up after {settings.CORRAL_MAX_HARDWARE_RETRIES} hardware retries",
+            )
+    if job.started_at is not None:
+        job.attained_service += job.gpus * max(0.0, (timezone.now() - job.started_at).total_seconds())
+    job.started_at = None
+    job_transition(job, JobState.PENDING, kind=EventKind.REQUEUED, actor=actor, reason=reason)
+    _kick_scheduler()
+    return job
+
+
+def job_log_append(*, job: Job, data: str) -> int:
+    """Append ``data`` to ``job``'s output and return the log's new size in characters.
+
+    Precondition: ``job`` is row-locked by the caller (the offset of the new chunk is the job's current size).
+    """
+    if not data:
+        return job.log_size
+    JobLogChunk.objects.create(job=job, offset=job.log_size, data=data)
+    job.log_size += len(data)
+    job.save(update_fields=["log_size"])
+    return job.log_size
+
+
+def release_task_gpus(task: JobTask) -> None:
+    """Free the GPUs a task held, once its process is known to be gone."""
+    Allocation.objects.filter(
+        job_id=task.job_id, attempt=task.attempt, node_id=task.node_id, released_at__isnull=True
+    ).update(released_at=timezone.now())
+
+
+def job_task_exited(*, task: JobTask, exit_code: int | None, actor: str) -> None:
+    """Record that one task's process ended, free its GPUs and settle the job when its gang is done.
+
+    Rules: all tasks of the current attempt exited 0 → succeeded; a cancel was requested → cancelled once every
+    task has exited; any other non-zero exit → failed at once, and the remaining tasks are told to stop.
+    Reports of older attempts only free GPUs. Precondition: the caller holds the job's row lock.
+    """
+    task.state = TaskState.EXITED
+    task.exit_code = exit_code
+    task.finished_at = timezone.now()
+    task.save(update_fields=["state", "exit_code", "finished_at"])
+    release_task_gpus(task)
+    job = task.job
+    if task.attempt != job.attempt or job.state != JobState.RUNNING.value:
+        return
+    siblings = list(JobTask.objects.filter(job=job, attempt=job.attempt))
+    all_done = all(t.state in (TaskState.EXITED, TaskState.LOST) for t in siblings)
+    if job.cancel_requested_at is not None:
+        if all_done:
+            job.exit_code = exit_code
+            job_transition(job, JobState.CANCELLED, kind=EventKind.CANCELLED, actor=actor, reason="processes ended")
+            _kick_scheduler()
+        return
+    if exit_code != 0:
+        job.exit_code = exit_code
+        JobTask.objects.filter(job=job, attempt=job.attempt, state__in=[TaskState.ASSIGNED, TaskState.RUNNING]).update(
+            kill_requested=True
+        )
+        what = f"exit code {exit_code}" if exit_code is not None else "the process could not start"
+        job_transition(job, JobState.FAILED, kind=EventKind.FAILED, actor=actor, reason=f"rank {task.rank}: {what}")
+        _kick_scheduler()
+    elif all_done:
+        job.exit_code = 0
+        job_transition(job, JobState.SUCCEEDED, kind=EventKind.SUCCEEDED, actor=actor)
+        _kick_scheduler()

@@ -1,0 +1,42 @@
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+
+from portal.nodes.models import Gpu, Node
+from portal.nodes.services import node_set_draining
+
+
+class GpuInline(admin.TabularInline):
+    model = Gpu
+    extra = 0
+    fields = ["index", "uuid", "model", "memory_mb", "health", "health_detail", "present"]
+    readonly_fields = ["index", "uuid", "model", "memory_mb", "present"]
+
+
+@admin.register(Node)
+class NodeAdmin(admin.ModelAdmin):
+    list_display = ["name", "state", "state_reason", "last_heartbeat", "hostname", "rack"]
+    list_filter = ["state", "rack"]
+    search_fields = ["name", "hostname"]
+    readonly_fields = ["last_heartbeat", "registered_at", "agent_version", "state"]
+    inlines = [GpuInline]
+    actions = ["drain", "undrain"]
+
+    @admin.action(description="Drain (no new jobs; running jobs finish)")
+    def drain(self, request: HttpRequest, queryset: QuerySet[Node]) -> None:
+        for node in queryset:
+            node_set_draining(node=node, draining=True, reason=f"drained by {request.user.get_username()}")
+        messages.info(request, f"Drained {queryset.count()} node(s).")
+
+    @admin.action(description="Undrain (accept new jobs)")
+    def undrain(self, request: HttpRequest, queryset: QuerySet[Node]) -> None:
+        for node in queryset:
+            node_set_draining(node=node, draining=False)
+        messages.info(request, f"Undrained {queryset.count()} node(s).")
+
+
+@admin.register(Gpu)
+class GpuAdmin(admin.ModelAdmin):
+    list_display = ["__str__", "uuid", "model", "health", "present"]
+    list_filter = ["health", "present", "node"]
+    search_fields = ["uuid", "node__name"]

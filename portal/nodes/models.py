@@ -1,0 +1,79 @@
+"""GPU nodes and their GPUs, as registered by node agents."""
+
+from __future__ import annotations
+
+import hashlib
+
+from django.db import models
+from django.db.models import Q
+
+
+class NodeState(models.TextChoices):
+    UP = "up", "Up"
+    DRAINING = "draining", "Draining"  # an admin asked for no new work; running jobs finish
+    DOWN = "down", "Down"  # no heartbeat within the timeout (or never registered)
+
+
+class Node(models.Model):
+    """A machine running ``corral-agent``. The agent authenticates with a per-node token of which only a hash
+    is stored, so a database leak does not hand out agent credentials."""
+
+    name = models.SlugField(max_length=100, unique=True)
+    hostname = models.CharField(max_length=255, blank=True)
+    address = models.CharField(max_length=255, blank=True, help_text="Address other nodes reach (MASTER_ADDR).")
+    rack = models.CharField(max_length=100, blank=True)
+    state = models.CharField(max_length=16, choices=NodeState.choices, default=NodeState.DOWN)
+    state_reason = models.CharField(max_length=255, blank=True)
+    last_heartbeat = models.DateTimeField(null=True, blank=True)
+    registered_at = models.DateTimeField(null=True, blank=True)
+    agent_version = models.CharField(max_length=50, blank=True)
+    token_hash = models.CharField(max_length=64, blank=True, db_index=True, editable=False)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(state__in=NodeState.values), name="%(app_label)s_%(class)s_state_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @staticmethod
+    def hash_token(token: str) -> str:
+        return hashlib.sha256(token.encode()).hexdigest()
+
+
+class GpuHealth(models.TextChoices):
+    HEALTHY = "healthy", "Healthy"
+    CORDONED = "cordoned", "Cordoned"  # predicted to fail: no new long jobs, running jobs asked to checkpoint
+    UNHEALTHY = "unhealthy", "Unhealthy"  # a fatal fault was seen: drained, jobs requeued elsewhere
+
+
+class Gpu(models.Model):
+    """One GPU of a node, identified by its NVML uuid (stable across reboots and re-registrations)."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpus")
+    index = models.PositiveSmallIntegerField(help_text="NVML index on the node (what CUDA_VISIBLE_DEVICES uses).")
+    uuid = models.CharField(max_length=100, unique=True)
+    model = models.CharField(max_length=100, blank=True)
+    memory_mb = models.PositiveIntegerField(default=0)
+    health = models.CharField(max_length=16, choices=GpuHealth.choices, default=GpuHealth.HEALTHY)
+    health_detail = models.CharField(max_length=255, blank=True)
+    present = models.BooleanField(default=True, help_text="False once the agent stops reporting this GPU.")
+
+    class Meta:
+        ordering = ["node__name", "index"]
+        constraints = [
+            # A replaced GPU keeps its old row (history points at it) but gives up its index.
+            models.UniqueConstraint(
+                fields=["node", "index"], condition=Q(present=True), name="%(app_label)s_%(class)s_unique_node_index"
+            ),
+            models.CheckConstraint(
+                condition=Q(health__in=GpuHealth.values), name="%(app_label)s_%(class)s_health_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.node.name}/gpu{self.index}"

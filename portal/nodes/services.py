@@ -1,0 +1,267 @@
+"""Services that change nodes: agent registration and heartbeats, liveness, drain.
+
+The heartbeat is where the portal and an agent reconcile what should run with what runs. The rules are in one
+function, :func:`node_heartbeat`, and every one of them is idempotent, so a lost request or response is repaired
+by the next heartbeat (see docs/agent-protocol.md).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from portal.errors import ValidationFailed
+from portal.jobs.models import Job, JobTask, TaskState
+from portal.jobs.services import job_log_append, job_requeue, job_task_exited, release_task_gpus
+from portal.nodes.models import Gpu, Node, NodeState
+from scheduling.core.states import JobState
+
+LIVE_TASK_STATES = (TaskState.ASSIGNED, TaskState.RUNNING)
+
+
+def node_token_issue(*, name: str) -> tuple[Node, str]:
+    """Create ``name`` if needed and give it a fresh agent token (any older token stops working).
+
+    Returns the node and the token in clear; only its hash is stored, so this is the one time it can be shown.
+    """
+    token = secrets.token_urlsafe(32)
+    node, _ = Node.objects.get_or_create(name=name)
+    node.token_hash = Node.hash_token(token)
+    node.save(update_fields=["token_hash"])
+    return node, token
+
+
+def node_for_token(token: str) -> Node | None:
+    if not token:
+        return None
+    return Node.objects.filter(token_hash=Node.hash_token(token)).first()
+
+
+@dataclass(frozen=True, slots=True)
+class GpuReport:
+    index: int
+    uuid: str
+    model: str = ""
+    memory_mb: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TaskReport:
+    """What an agent says about one of its tasks in a heartbeat."""
+
+    job: int
+    attempt: int
+    rank: int
+    state: str  # running | exited | failed_to_start
+    pid: int | None = None
+    exit_code: int | None = None
+    log_offset: int = 0
+    log: str = ""
+    log_end: int | None = None  # byte offset in the agent's file where ``log`` ends
+    log_size: int = 0
+
+    @property
+    def key(self) -> tuple[int, int, int]:
+        return (self.job, self.attempt, self.rank)
+
+
+@dataclass(slots=True)
+class HeartbeatReply:
+    start: list[dict[str, object]] = field(default_factory=list)
+    kill: list[dict[str, object]] = field(default_factory=list)
+    forget: list[dict[str, int]] = field(default_factory=list)
+    log_offsets: dict[str, int] = field(default_factory=dict)
+
+
+def _lose_tasks(tasks: Iterable[JobTask], *, actor: str, reason: str) -> None:
+    """Mark tasks whose processes are gone without an exit report (node died or agent restarted) and requeue
+    their jobs as whole gangs. Precondition: inside a transaction."""
+    for task in tasks:
+        job = Job.objects.select_for_update().get(pk=task.job_id)
+        task.state = TaskState.LOST
+        task.finished_at = timezone.now()
+        task.save(update_fields=["state", "finished_at"])
+        release_task_gpus(task)
+        if task.attempt == job.attempt and job.state == JobState.RUNNING.value:
+            job_requeue(job, actor=actor, reason=reason, hardware=True)
+
+
+@transaction.atomic
+def node_register(
+    *, node: Node, hostname: str, address: str, agent_version: str, gpus: Sequence[GpuReport]
+) -> Node:
+    """Record a (re)starting agent's inventory and mark the node up (a draining node stays draining).
+
+    A registration means the agent lost track of its processes, so every task the portal believed was running
+    there is lost and its job is requeued. GPUs are matched by uuid; ones no longer reported are marked absent.
+    """
+    if len({g.uuid for g in gpus}) != len(gpus) or len({g.index for g in gpus}) != len(gpus):
+        raise ValidationFailed("GPU uuids and indices must be unique", field="gpus")
+    node = Node.objects.select_for_update().get(pk=node.pk)
+    now = timezone.now()
+    node.hostname, node.address, node.agent_version = hostname[:255], address[:255], agent_version[:50]
+    node.registered_at = node.last_heartbeat = now
+    if node.state != NodeState.DRAINING:
+        node.state, node.state_reason = NodeState.UP, ""
+    node.save()
+    reported = {g.uuid for g in gpus}
+    node.gpus.exclude(uuid__in=reported).update(present=False)
+    for report in gpus:
+        # The index may move to a new uuid (a replaced card): free the index first.
+        node.gpus.filter(index=report.index, present=True).exclude(uuid=report.uuid).update(present=False)
+        Gpu.objects.update_or_create(
+            uuid=report.uuid,
+            defaults={"node": node, "index": report.index, "model": report.model[:100],
+                      "memory_mb": max(0, report.memory_mb), "present": True},
+        )
+    stale = JobTask.objects.filter(node=node, state__in=LIVE_TASK_STATES).order_by("job_id")
+    _lose_tasks(list(stale), actor=f"agent:{node.name}", reason=f"agent on {node.name} restarted")
+    return node
+
+
+def task_env(task: JobTask, job: Job, *, master: Node, nnodes: int) -> dict[str, str]:
+    """The environment the portal gives one task: the user's variables, then the ones Corral owns."""
+    env = {str(k): str(v) for k, v in (job.env or {}).items()}
+    env.update(
+        {
+            "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in task.gpu_indices),
+            "CORRAL_JOB_ID": str(job.pk),
+            "CORRAL_ATTEMPT": str(task.attempt),
+            "CORRAL_NNODES": str(nnodes),
+            "CORRAL_NODE_RANK": str(task.rank),
+            # torchrun-style rendezvous: one process per node, rank = node rank; a task may run torchrun itself.
+            "MASTER_ADDR": master.address or master.hostname or "127.0.0.1",
+            "MASTER_PORT": str(settings.CORRAL_MASTER_PORT_BASE + job.pk % 1000),
+            "WORLD_SIZE": str(nnodes),
+            "RANK": str(task.rank),
+            "NODE_RANK": str(task.rank),
+            "LOCAL_RANK": "0",
+        }
+    )
+    return env
+
+
+def _apply_report(node: Node, task: JobTask | None, report: TaskReport, reply: HeartbeatReply) -> None:
+    """Reconcile one reported task. Precondition: its job row is locked (when the task is known)."""
+    key = f"{report.job}:{report.attempt}:{report.rank}"
+    if task is None:
+        # Not ours (or from before a database reset): stop it if it runs, then let the agent drop it.
+        if report.state == "running":
+            reply.kill.append({"job": report.job, "attempt": report.attempt, "grace_seconds": _grace()})
+        else:
+            reply.forget.append({"job": report.job, "attempt": report.attempt})
+        return
+    actor = f"agent:{node.name}"
+    if report.log and report.log_offset == task.log_received:
+        job_log_append(job=task.job, data=report.log)
+        task.log_received = (
+            report.log_end if report.log_end is not None else report.log_offset + len(report.log.encode())
+        )
+        task.save(update_fields=["log_received"])
+    reply.log_offsets[key] = task.log_received
+    finished_here = task.state in (TaskState.EXITED, TaskState.LOST)
+    if report.state == "running":
+        if finished_here or task.kill_requested:
+            reply.kill.append({"job": report.job, "attempt": report.attempt, "grace_seconds": _grace()})
+        elif task.state == TaskState.ASSIGNED:
+            task.state, task.pid, task.started_at = TaskState.RUNNING, report.pid, timezone.now()
+            task.save(update_fields=["state", "pid", "started_at"])
+    elif report.state in ("exited", "failed_to_start"):
+        if not finished_here:
+            exit_code = report.exit_code if report.state == "exited" else None
+            job_task_exited(task=task, exit_code=exit_code, actor=actor)
+        if task.log_received >= report.log_size:
+            task.forgotten = True
+            task.save(update_fields=["forgotten"])
+            reply.forget.append({"job": report.job, "attempt": report.attempt})
+
+
+def _grace() -> float:
+    return settings.CORRAL_KILL_GRACE
+
+
+@transaction.atomic
+def node_heartbeat(*, node: Node, reports: Sequence[TaskReport]) -> HeartbeatReply:
+    """Take an agent's report of its tasks and answer what to start, kill and forget.
+
+    Jobs are locked in id order, so two heartbeats touching the same multi-node gang cannot deadlock. A live task
+    the agent no longer reports was never received (if it was only assigned and since cancelled) or was lost.
+    """
+    reply = HeartbeatReply()
+    now = timezone.now()
+    Node.objects.filter(pk=node.pk).update(last_heartbeat=now)
+    if node.state == NodeState.DOWN:
+        Node.objects.filter(pk=node.pk).update(state=NodeState.UP, state_reason="")
+    reported = {r.key: r for r in reports}
+    job_ids = sorted({r.job for r in reports} | set(
+        JobTask.objects.filter(node=node, state__in=LIVE_TASK_STATES).values_list("job_id", flat=True)
+    ))
+    jobs = {j.pk: j for j in Job.objects.select_for_update().filter(pk__in=job_ids).order_by("pk")}
+    tasks = {
+        (t.job_id, t.attempt, t.rank): t
+        for t in JobTask.objects.filter(node=node, job_id__in=jobs).select_related("job")
+    }
+    for t in tasks.values():
+        t.job = jobs[t.job_id]  # share the locked instance so every change sees the others
+    for report in reports:
+        _apply_report(node, tasks.get(report.key), report, reply)
+    for key, task in tasks.items():
+        if key in reported or task.state not in LIVE_TASK_STATES:
+            continue
+        if task.state == TaskState.ASSIGNED and task.kill_requested:
+            job_task_exited(task=task, exit_code=None, actor=f"agent:{node.name}")
+        elif task.state == TaskState.ASSIGNED:
+            reply.start.append(_start_order(task))
+        else:  # running, yet the agent does not know it: its process is gone
+            _lose_tasks([task], actor=f"agent:{node.name}", reason=f"{node.name} no longer runs the process")
+    return reply
+
+
+def _start_order(task: JobTask) -> dict[str, object]:
+    job = task.job
+    gang = list(JobTask.objects.filter(job=job, attempt=task.attempt).select_related("node").order_by("rank"))
+    return {
+        "job": job.pk,
+        "attempt": task.attempt,
+        "rank": task.rank,
+        "command": job.command,
+        "gpus": list(task.gpu_indices),
+        "env": task_env(task, job, master=gang[0].node, nnodes=len(gang)),
+    }
+
+
+@transaction.atomic
+def nodes_mark_stale_down(*, now: timezone.datetime | None = None) -> list[str]:
+    """Mark nodes silent for longer than ``CORRAL_NODE_TIMEOUT`` down and requeue their jobs. Returns names."""
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=settings.CORRAL_NODE_TIMEOUT)
+    stale = list(
+        Node.objects.select_for_update()
+        .filter(state__in=[NodeState.UP, NodeState.DRAINING], last_heartbeat__lt=cutoff)
+        .order_by("pk")
+    )
+    for node in stale:
+        node.state = NodeState.DOWN
+        node.state_reason = f"no heartbeat since {node.last_heartbeat:%Y-%m-%d %H:%M:%S} UTC"
+        node.save(update_fields=["state", "state_reason"])
+        lost = JobTask.objects.filter(node=node, state__in=LIVE_TASK_STATES).order_by("job_id")
+        _lose_tasks(list(lost), actor="scheduler", reason=f"node {node.name} stopped sending heartbeats")
+    return [n.name for n in stale]
+
+
+@transaction.atomic
+def node_set_draining(*, node: Node, draining: bool, reason: str = "") -> Node:
+    """Drain (no new work; running jobs finish) or undrain ``node``."""
+    node = Node.objects.select_for_update().get(pk=node.pk)
+    if draining and node.state == NodeState.UP:
+        node.state, node.state_reason = NodeState.DRAINING, reason or "drained by an admin"
+    elif not draining and node.state == NodeState.DRAINING:
+        node.state, node.state_reason = NodeState.UP, ""
+    node.save(update_fields=["state", "state_reason"])
+    return node

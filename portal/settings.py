@@ -1,0 +1,206 @@
+"""Corral settings, read from the environment once, here.
+
+Development defaults need nothing installed: SQLite under ``var/`` and Kombu's filesystem broker. Setting
+``DATABASE_URL`` / ``REDIS_URL`` switches to PostgreSQL / Redis. ``CORRAL_PRODUCTION=1`` makes the secret key,
+PostgreSQL and Redis mandatory and turns off debug, so a forgotten variable fails at start-up, not at 3 a.m.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import environ
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+env = environ.Env()
+environ.Env.read_env(BASE_DIR / ".env", overwrite=False) if (BASE_DIR / ".env").exists() else None
+
+PRODUCTION: bool = env.bool("CORRAL_PRODUCTION", default=False)
+DATA_DIR = Path(env.str("CORRAL_DATA_DIR", default=str(BASE_DIR / "var"))).resolve()
+
+if PRODUCTION:
+    for required in ("SECRET_KEY", "DATABASE_URL", "REDIS_URL"):
+        if not env.str(required, default=""):
+            raise ImproperlyConfigured(f"CORRAL_PRODUCTION=1 requires {required} to be set")
+    if not env.str("DATABASE_URL").startswith(("postgres://", "postgresql://", "pgsql://")):
+        raise ImproperlyConfigured("CORRAL_PRODUCTION=1 requires a PostgreSQL DATABASE_URL")
+
+SECRET_KEY = env.str("SECRET_KEY", default="corral-development-only-not-secret")
+DEBUG = env.bool("DEBUG", default=not PRODUCTION)
+ALLOWED_HOSTS: list[str] = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "testserver", "[::1]"])
+CSRF_TRUSTED_ORIGINS: list[str] = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "django_filters",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "portal.tenants",
+    "portal.nodes",
+    "portal.jobs",
+    "portal.web",
+    "scheduling.live",
+    "telemetry",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "portal.urls"
+WSGI_APPLICATION = "portal.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Database -------------------------------------------------------------------------------------------------
+_sqlite_default = f"sqlite:///{DATA_DIR / 'corral.sqlite3'}"
+DATABASES = {"default": env.db_url("DATABASE_URL", default=_sqlite_default)}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
+    # The embedded default serves web, worker, beat and agents at once: WAL lets readers and one writer overlap,
+    # and IMMEDIATE transactions take the write lock up front instead of failing half-way with "database is locked".
+    DATABASES["default"]["OPTIONS"] = {
+        "timeout": 30,
+        "transaction_mode": "IMMEDIATE",
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
+else:
+    DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("CONN_MAX_AGE", default=60))
+    DATABASES["default"].setdefault("CONN_HEALTH_CHECKS", True)
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = (
+    [
+        {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+        {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    ]
+    if PRODUCTION
+    else []
+)
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "/static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = DATA_DIR / "staticfiles"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+WHITENOISE_USE_FINDERS = True  # serve from static/ directly too, so `make run` works before collectstatic
+
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "job-list"
+LOGOUT_REDIRECT_URL = "login"
+
+if PRODUCTION:
+    SESSION_COOKIE_SECURE = env.bool("SESSION_COOKIE_SECURE", default=True)
+    CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", default=True)
+
+# --- REST API ------------------------------------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
+    "PAGE_SIZE": 50,
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "portal.api.exceptions.exception_handler",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Corral API",
+    "DESCRIPTION": "Submit and follow GPU jobs on a shared cluster. Authenticate with `Authorization: Token <t>`.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
+    # Swagger UI's assets come from the installed sidecar package, not a CDN: clusters are often air-gapped.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+}
+
+# --- Celery --------------------------------------------------------------------------------------------------
+REDIS_URL: str = env.str("REDIS_URL", default="")
+BROKER_DIR = DATA_DIR / "broker"
+if REDIS_URL:
+    CELERY_BROKER_URL = REDIS_URL
+    CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {}
+else:
+    # Kombu's filesystem transport: a real broker with no server, for `make run` on a bare machine.
+    CELERY_BROKER_URL = "filesystem://"
+    for _folder in ("queue", "control"):
+        (BROKER_DIR / _folder).mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(BROKER_DIR / "queue"),
+        "data_folder_out": str(BROKER_DIR / "queue"),
+        "control_folder": str(BROKER_DIR / "control"),
+        "store_processed": False,
+    }
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_ALWAYS_EAGER = env.bool("CELERY_TASK_ALWAYS_EAGER", default=False)
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
+# --- Corral --------------------------------------------------------------------------------------------------
+#: Scheduling policy and placement model used by the live loop (names from scheduling.core).
+CORRAL_POLICY: str = env.str("CORRAL_POLICY", default="fifo")
+CORRAL_PLACEMENT: str = env.str("CORRAL_PLACEMENT", default="topology")
+#: Seconds between agent heartbeats, and after which a silent node is marked down and its jobs requeued.
+CORRAL_HEARTBEAT_INTERVAL: float = env.float("CORRAL_HEARTBEAT_INTERVAL", default=2.0)
+CORRAL_NODE_TIMEOUT: float = env.float("CORRAL_NODE_TIMEOUT", default=30.0)
+#: Seconds between SIGTERM and SIGKILL when a job is cancelled or preempted.
+CORRAL_KILL_GRACE: float = env.float("CORRAL_KILL_GRACE", default=10.0)
+#: Seconds a scheduler lease is valid; a round that outlives it loses the lease to the next one.
+CORRAL_LEASE_SECONDS: float = env.float("CORRAL_LEASE_SECONDS", default=30.0)
+#: Beat cadence of the scheduling round and the node-liveness sweep (seconds).
+CORRAL_SCHEDULE_EVERY: float = env.float("CORRAL_SCHEDULE_EVERY", default=5.0)
+#: Telemetry sampling period asked of agents (seconds).
+CORRAL_SAMPLE_INTERVAL: float = env.float("CORRAL_SAMPLE_INTERVAL", default=10.0)
+#: How many times a job killed by hardware (lost node, fatal XID) is retried before it fails.
+CORRAL_MAX_HARDWARE_RETRIES: int = env.int("CORRAL_MAX_HARDWARE_RETRIES", default=3)
+#: First port handed to multi-node gangs as MASTER_PORT (the job id is added to spread them).
+CORRAL_MASTER_PORT_BASE: int = env.int("CORRAL_MASTER_PORT_BASE", default=29500)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}

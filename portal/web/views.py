@@ -1,0 +1,135 @@
+"""Browser pages. Like the API views they only parse input and call services/selectors; htmx requests get just
+the partial they poll for."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from portal.api.filters import JobFilter
+from portal.api.views import jobs_with_placement
+from portal.errors import ServiceError
+from portal.jobs.models import Allocation, Job
+from portal.jobs.selectors import job_get, job_list, job_log_read
+from portal.jobs.services import job_cancel, job_submit
+from portal.nodes.models import Gpu, Node
+from portal.tenants.models import Tenant
+from portal.web.forms import JobSubmitForm
+from scheduling.core.states import TERMINAL
+
+LOG_PAGE_CHARS = 200_000
+
+
+def _is_htmx(request: HttpRequest) -> bool:
+    return request.headers.get("HX-Request") == "true"
+
+
+@login_required
+def job_list_view(request: HttpRequest) -> HttpResponse:
+    filters = JobFilter(request.GET or None, queryset=jobs_with_placement(job_list(user=request.user)), request=request)
+    page = Paginator(filters.qs, 50).get_page(request.GET.get("page"))
+    context = {"filter": filters, "page": page, "query": request.GET.urlencode()}
+    if _is_htmx(request):
+        return render(request, "jobs/partials/_job_table.html", context)
+    return render(request, "jobs/job_list.html", context)
+
+
+@login_required
+def job_submit_view(request: HttpRequest) -> HttpResponse:
+    tenants = list(Tenant.objects.filter(memberships__user=request.user).distinct())
+    if not tenants and request.user.is_staff:
+        tenants = list(Tenant.objects.all())
+    form = JobSubmitForm(request.POST or None, tenants=tenants)
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        try:
+            job = job_submit(
+                user=request.user,
+                name=data["name"],
+                command=data["command"],
+                gpus=data["gpus"],
+                tenant=data["tenant"] or None,
+            )
+        except ServiceError as exc:
+            form.add_error(exc.field if exc.field in form.fields else None, exc.message)
+        else:
+            messages.success(request, f"Job {job.pk} submitted.")
+            return redirect("job-detail", job_id=job.pk)
+    return render(request, "jobs/job_submit.html", {"form": form, "tenants": tenants})
+
+
+def _visible_job(request: HttpRequest, job_id: int) -> Job:
+    job = job_get(user=request.user, job_id=job_id)
+    if job is None:
+        raise Http404("No such job.")
+    return job
+
+
+def _job_context(job: Job) -> dict[str, object]:
+    tasks = [t for t in job.tasks.select_related("node").order_by("rank") if t.attempt == job.attempt]
+    return {
+        "job": job,
+        "tasks": tasks if job.state == "running" else [],
+        "events": list(job.events.all()),
+        "terminal": job.state in {s.value for s in TERMINAL},
+    }
+
+
+@login_required
+def job_detail_view(request: HttpRequest, job_id: int) -> HttpResponse:
+    job = _visible_job(request, job_id)
+    context = _job_context(job)
+    if _is_htmx(request):
+        return render(request, "jobs/partials/_job_status.html", context)
+    text, offset = job_log_read(job=job, offset=0, limit=LOG_PAGE_CHARS)
+    context.update({"log_text": text, "log_offset": offset})
+    return render(request, "jobs/job_detail.html", context)
+
+
+@login_required
+def job_log_view(request: HttpRequest, job_id: int) -> HttpResponse:
+    """New output since ``offset``, appended to the page's log by htmx; polling stops once the job is finished
+    and everything is shown."""
+    job = _visible_job(request, job_id)
+    try:
+        offset = max(0, int(request.GET.get("offset", "0")))
+    except ValueError:
+        offset = 0
+    text, next_offset = job_log_read(job=job, offset=offset, limit=LOG_PAGE_CHARS)
+    done = job.state in {s.value for s in TERMINAL} and next_offset >= job.log_size
+    return render(
+        request, "jobs/partials/_log_tail.html", {"job": job, "log_text": text, "log_offset": next_offset, "done": done}
+    )
+
+
+@login_required
+@require_POST
+def job_cancel_view(request: HttpRequest, job_id: int) -> HttpResponse:
+    job = _visible_job(request, job_id)
+    try:
+        job = job_cancel(job=job, by=request.user)
+    except ServiceError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.info(request, "Cancel requested." if job.state == "running" else f"Job {job.pk} cancelled.")
+    if _is_htmx(request):
+        return render(request, "jobs/partials/_job_status.html", _job_context(Job.objects.get(pk=job.pk)))
+    return redirect("job-detail", job_id=job.pk)
+
+
+@login_required
+def node_list_view(request: HttpRequest) -> HttpResponse:
+    nodes = list(Node.objects.prefetch_related("gpus").order_by("name"))
+    busy = dict(Allocation.objects.filter(released_at__isnull=True).values_list("gpu_id", "job_id"))
+    rows = [
+        {"node": n, "gpus": [(g, busy.get(g.pk)) for g in sorted(n.gpus.all(), key=lambda g: g.index) if g.present]}
+        for n in nodes
+    ]
+    context = {"rows": rows, "gpu_total": Gpu.objects.filter(present=True).count(), "gpu_busy": len(busy)}
+    if _is_htmx(request):
+        return render(request, "nodes/partials/_node_table.html", context)
+    return render(request, "nodes/node_list.html", context)

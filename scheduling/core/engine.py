@@ -1,0 +1,282 @@
+"""One scheduling round: turn a policy's order into starts, preemptions and wait reasons.
+
+Both callers go through :func:`run_round`: ``decide`` builds its inputs from a :class:`Snapshot`, the simulator
+keeps them alive between events. The simulator passes ``explain=False`` so a round may stop as soon as nothing
+more can start; ``decide`` always explains every waiting job, because the UI shows the reason.
+
+Two walks:
+
+- *Plain* (non-preemptive policies): running jobs keep their GPUs; pending jobs are tried in order. A job that
+  does not fit is skipped (backfill) or, for head-of-line policies, blocks every later job.
+- *Preemptive* (preemptive policies, or the quota layer reclaiming borrowed GPUs): every job that may move is
+  ranked together; the best ones that fit the capacity are wanted, running jobs not wanted are preempted, and
+  wanted pending jobs are placed. A preemption that freed GPUs nobody could use is undone, and GPUs still idle are
+  backfilled, so the walk stays work-conserving under ``count`` placement.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from scheduling.core.model import JobId, JobState, JobView, Placement, TenantLimits, Wait, WaitReason
+from scheduling.core.placement import PlacementModel
+from scheduling.core.policies.base import Policy
+from scheduling.core.pool import FreePool
+from scheduling.core.tenancy import Guarantees, Ledger
+
+_RUNNING = JobState.RUNNING
+
+
+@dataclass(slots=True)
+class RoundResult:
+    """What a round did. ``preempt`` holds the views of running jobs that lose their GPUs."""
+
+    start: list[Placement] = field(default_factory=list)
+    preempt: list[JobView] = field(default_factory=list)
+    waiting: dict[JobId, Wait] = field(default_factory=dict)
+
+
+class _Waits:
+    """Equal wait values built once per round: 25k queued jobs mostly share a handful of reasons."""
+
+    __slots__ = ("cache",)
+
+    def __init__(self) -> None:
+        self.cache: dict[tuple[WaitReason, int, int], Wait] = {}
+
+    def get(self, reason: WaitReason, need: int, free: int) -> Wait:
+        key = (reason, need, free)
+        wait = self.cache.get(key)
+        if wait is None:
+            wait = Wait(reason, _DETAILS[reason].format(need=need, free=free))
+            self.cache[key] = wait
+        return wait
+
+
+_DETAILS: dict[WaitReason, str] = {
+    WaitReason.NOT_ENOUGH_FREE_GPUS: "needs {need} GPUs, {free} free",
+    WaitReason.NO_NODE_FITS: "needs {need} GPUs, {free} free but not in a usable shape",
+    WaitReason.LOWER_PRIORITY: "needs {need} GPUs; higher-priority jobs hold or took them ({free} free)",
+    WaitReason.NO_SCHEDULABLE_NODES: "needs {need} GPUs; no node accepts work",
+    WaitReason.PREEMPTED: "lost its {need} GPUs to higher-priority jobs",
+}
+
+
+def run_round(
+    *,
+    ordered: Sequence[JobView],
+    running: Sequence[JobView],
+    pool: FreePool,
+    placement: PlacementModel,
+    policy: Policy,
+    now: float,
+    limits: Mapping[str, TenantLimits],
+    explain: bool = True,
+) -> RoundResult:
+    """Run one round.
+
+    ``ordered`` is the policy's order of the jobs that may be (re)considered: the pending jobs for plain walks,
+    pending and running jobs together for preemptive ones (see :func:`needs_preemptive_walk`). ``running`` is every
+    running job. ``pool`` is mutated: started jobs take GPUs from it, preempted jobs return theirs.
+    """
+    ledger = Ledger(limits)
+    for job in running:
+        ledger.add(job)
+    result = RoundResult()
+    if needs_preemptive_walk(policy):
+        _preemptive_walk(ordered, running, pool, ledger, placement, policy, now, limits, explain, result)
+    else:
+        _plain_walk(ordered, pool, ledger, placement, policy, explain, result)
+    return result
+
+
+def needs_preemptive_walk(policy: Policy) -> bool:
+    """True when running jobs must be ranked together with pending ones."""
+    return policy.preemptive or policy.guarantees
+
+
+def _plain_walk(
+    ordered: Sequence[JobView],
+    pool: FreePool,
+    ledger: Ledger,
+    placement: PlacementModel,
+    policy: Policy,
+    explain: bool,
+    result: RoundResult,
+) -> None:
+    waiting, start = result.waiting, result.start
+    waits = _Waits()
+    hol = policy.head_of_line
+    free_at_start = pool.total_free
+    blocked: Wait | None = None
+    failed_shapes: set[tuple[int, bool]] = set()
+    no_nodes = pool.empty
+    for job in ordered:
+        cap = ledger.cap_wait(job)
+        if cap is not None:
+            waiting[job.id] = cap  # skipped, never a blocker: a tenant at its cap must not stall the others
+            continue
+        if blocked is not None:
+            if not explain:
+                break
+            waiting[job.id] = blocked
+            continue
+        need = job.gpus
+        if no_nodes:
+            waiting[job.id] = waits.get(WaitReason.NO_SCHEDULABLE_NODES, need, 0)
+            continue
+        free = pool.total_free
+        slots = None
+        if need <= free:
+            shape = placement.shape(job)
+            if shape not in failed_shapes:  # the pool only shrinks, so a failed shape stays failed
+                slots = placement.place(pool, job)
+                if slots is None:
+                    failed_shapes.add(shape)
+            reason = WaitReason.NO_NODE_FITS
+        elif hol or need > free_at_start:
+            reason = WaitReason.NOT_ENOUGH_FREE_GPUS
+        else:
+            reason = WaitReason.LOWER_PRIORITY  # it would have fit, but jobs ahead of it took the GPUs
+        if slots is not None:
+            start.append(Placement(job.id, tuple(slots)))
+            ledger.add(job)
+            continue
+        waiting[job.id] = waits.get(reason, need, free)
+        if hol:
+            blocked = Wait(WaitReason.BLOCKED_BY_EARLIER_JOB, f"behind job {job.id} (needs {need} GPUs, {free} free)")
+        elif not explain and pool.total_free == 0:
+            break
+
+
+def _preemptive_walk(
+    ordered: Sequence[JobView],
+    running: Sequence[JobView],
+    pool: FreePool,
+    ledger: Ledger,
+    placement: PlacementModel,
+    policy: Policy,
+    now: float,
+    limits: Mapping[str, TenantLimits],
+    explain: bool,
+    result: RoundResult,
+) -> None:
+    waiting, start = result.waiting, result.start
+    waits = _Waits()
+
+    # 1. Running jobs that keep their GPUs whatever happens: inside their minimum quantum, on nodes outside the
+    #    pool (their GPUs could not be reused), or, under a non-preemptive policy with the quota layer, jobs that
+    #    run inside their tenant's guarantee (only borrowed GPUs are reclaimed).
+    pinned: set[JobId] = set()
+    quantum = policy.min_quantum
+    if not policy.preemptive:
+        owners = Guarantees(limits)
+        for job in ordered:
+            if job.state == _RUNNING and owners.claim(job):
+                pinned.add(job.id)
+    movable = 0
+    for job in running:
+        if job.id in pinned:
+            continue
+        started = job.last_started
+        in_pool = pool.in_pool(job.allocation)
+        if (quantum > 0 and started is not None and now - started < quantum) or in_pool == 0:
+            pinned.add(job.id)
+        else:
+            movable += in_pool
+
+    # The ledger holds pinned jobs only; movable ones count again only when the walk keeps them.
+    for job in running:
+        if job.id not in pinned:
+            ledger.remove(job)
+
+    candidates = [job for job in ordered if job.id not in pinned]
+    if policy.guarantees:
+        # Owners (jobs inside their tenant's guaranteed share) before borrowers, each group in policy order.
+        share = Guarantees(limits)
+        for job in ordered:
+            if job.id in pinned:
+                share.claim(job)
+        owner_flags = [share.claim(job) for job in candidates]
+        candidates = [j for j, o in zip(candidates, owner_flags, strict=True) if o] + [
+            j for j, o in zip(candidates, owner_flags, strict=True) if not o
+        ]
+
+    # 2. Want the best jobs that fit the capacity the movable jobs and the free GPUs make up together.
+    capacity = pool.total_free + movable
+    budget = capacity
+    wanted_pending: list[JobView] = []
+    kept: set[JobId] = set()
+    not_wanted: list[JobView] = []
+    for job in candidates:
+        cap = ledger.cap_wait(job)
+        is_running = job.state == _RUNNING
+        if cap is None and job.gpus <= budget:
+            budget -= job.gpus
+            ledger.add(job)
+            if is_running:
+                kept.add(job.id)
+            else:
+                wanted_pending.append(job)
+        elif not is_running:
+            if cap is not None:
+                waiting[job.id] = cap
+            elif explain or budget:
+                not_wanted.append(job)
+        if not explain and budget == 0:
+            break
+
+    # 3. Preempt running jobs that were not kept (the walk may have stopped early: those are not kept either).
+    preempted = [job for job in candidates if job.state == _RUNNING and job.id not in kept]
+    for job in preempted:
+        pool.give(job.allocation)
+
+    # 4. Place wanted jobs in priority order.
+    failed_shapes: set[tuple[int, bool]] = set()
+    for job in wanted_pending:
+        shape = placement.shape(job)
+        slots = None if shape in failed_shapes else placement.place(pool, job)
+        if slots is None:
+            failed_shapes.add(shape)
+            ledger.remove(job)
+            waiting[job.id] = waits.get(WaitReason.NO_NODE_FITS, job.gpus, pool.total_free)
+        else:
+            start.append(Placement(job.id, tuple(slots)))
+
+    # 5. Undo preemptions whose GPUs nobody took (placement failures leave them idle).
+    for job in preempted:
+        if pool.holds(job.allocation) and ledger.cap_wait(job) is None:
+            pool.take_exact(job.allocation)
+            ledger.add(job)
+        else:
+            result.preempt.append(job)
+            waiting[job.id] = waits.get(WaitReason.PREEMPTED, job.gpus, 0)
+
+    # 6. Backfill GPUs that are still idle with jobs the walk passed over.
+    free_at_start = capacity
+    no_nodes = pool.empty
+    for job in not_wanted:
+        need = job.gpus
+        slots = None
+        if need <= pool.total_free and ledger.cap_wait(job) is None:
+            shape = placement.shape(job)
+            if shape not in failed_shapes:
+                slots = placement.place(pool, job)
+                if slots is None:
+                    failed_shapes.add(shape)
+        if slots is not None:
+            start.append(Placement(job.id, tuple(slots)))
+            ledger.add(job)
+            continue
+        if not explain:
+            continue
+        if no_nodes:
+            reason = WaitReason.NO_SCHEDULABLE_NODES
+        elif need <= pool.total_free:
+            reason = WaitReason.NO_NODE_FITS
+        elif need <= free_at_start:
+            reason = WaitReason.LOWER_PRIORITY
+        else:
+            reason = WaitReason.NOT_ENOUGH_FREE_GPUS
+        waiting[job.id] = ledger.cap_wait(job) or waits.get(reason, need, pool.total_free)

@@ -1,0 +1,177 @@
+"""The typed contract between the scheduling core and its callers.
+
+The live loop (``scheduling.live``) and the simulator (``scheduling.sim``) both build a :class:`Snapshot`, call
+``scheduling.core.decide`` with the time they own, and apply the :class:`Decision` they get back. Nothing here
+knows about Django, Celery or the wall clock: every value is plain and frozen so a decision is a pure function of
+its inputs and can be compared in tests with ``==``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from scheduling.core.states import JobState
+
+JobId = int | str
+
+
+class WaitReason(StrEnum):
+    """Why a pending job was not started in this round. Shown to users, so each has a plain-language label."""
+
+    NOT_ENOUGH_FREE_GPUS = "not_enough_free_gpus"
+    NO_NODE_FITS = "no_node_fits"  # enough GPUs in total, but the placement model finds no arrangement
+    TENANT_CAP_REACHED = "tenant_cap_reached"
+    USER_CAP_REACHED = "user_cap_reached"
+    BLOCKED_BY_EARLIER_JOB = "blocked_by_earlier_job"  # strict FIFO: an earlier job that does not fit blocks us
+    LOWER_PRIORITY = "lower_priority"  # a priority policy gave the free GPUs to jobs ahead of this one
+    NO_SCHEDULABLE_NODES = "no_schedulable_nodes"
+    PREEMPTED = "preempted"  # was running this round and lost its GPUs to a higher-priority job
+
+    @property
+    def label(self) -> str:
+        return _REASON_LABELS[self]
+
+
+_REASON_LABELS: dict[WaitReason, str] = {
+    WaitReason.NOT_ENOUGH_FREE_GPUS: "Waiting for GPUs: not enough are free right now.",
+    WaitReason.NO_NODE_FITS: "Waiting for GPUs: enough are free in total, but not in a shape the job can use.",
+    WaitReason.TENANT_CAP_REACHED: "Waiting: the tenant is using all GPUs its quota allows.",
+    WaitReason.USER_CAP_REACHED: "Waiting: you are using all GPUs your per-user cap allows.",
+    WaitReason.BLOCKED_BY_EARLIER_JOB: "Queued behind an earlier job that is waiting for GPUs.",
+    WaitReason.LOWER_PRIORITY: "Queued: jobs with higher priority get the free GPUs first.",
+    WaitReason.NO_SCHEDULABLE_NODES: "Waiting: no node is up and accepting work.",
+    WaitReason.PREEMPTED: "Preempted by a higher-priority job; waiting to resume.",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    """A node as the scheduler sees it. ``free_gpus`` holds GPU ids (the caller's own ids) that are healthy,
+    not allocated, and on a node that accepts work."""
+
+    name: str
+    total_gpus: int
+    free_gpus: tuple[int, ...]
+    rack: str = ""
+    schedulable: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSlot:
+    """One GPU given to a job: which node it is on and the caller's GPU id."""
+
+    node: str
+    gpu: int
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    """A job in the system (pending or running) as the scheduler sees it.
+
+    ``attained_service`` is GPU-seconds executed so far (GPUs x seconds), the quantity Tiresias's 2D-LAS ranks by;
+    ``executed_time`` is plain seconds executed. ``duration`` is only set by the simulator for clairvoyant oracle
+    policies and must be ignored by every non-clairvoyant one.
+    """
+
+    id: JobId
+    tenant: str
+    user: str
+    gpus: int
+    submit_time: float
+    state: JobState = JobState.PENDING
+    allocation: tuple[GpuSlot, ...] = ()
+    attained_service: float = 0.0
+    executed_time: float = 0.0
+    last_started: float | None = None  # when the current run began (running jobs), for the minimum quantum
+    last_queued: float | None = None  # when it last entered the queue (submit or preemption), for starvation
+    name: str = ""
+    model: str = ""
+    duration: float | None = None
+    # When ``attained_service``/``executed_time`` were measured. None means "as of ``now``" (what the live loop
+    # sends). The simulator sets it to the start of the current run so a running job's view need not be rebuilt
+    # every event: the core extrapolates ``gpus x (now - service_at)`` for running jobs.
+    service_at: float | None = None
+
+    def attained_at(self, now: float) -> float:
+        """GPU-seconds executed as of ``now`` (running jobs keep accruing service after ``service_at``)."""
+        if self.service_at is None or self.state != JobState.RUNNING:
+            return self.attained_service
+        return self.attained_service + self.gpus * (now - self.service_at)
+
+    def executed_at(self, now: float) -> float:
+        """Seconds executed as of ``now``."""
+        if self.service_at is None or self.state != JobState.RUNNING:
+            return self.executed_time
+        return self.executed_time + (now - self.service_at)
+
+
+@dataclass(frozen=True, slots=True)
+class TenantLimits:
+    """A tenant's quota. ``gpu_cap`` is the most GPUs its jobs may hold at once (None = no cap);
+    ``guaranteed_gpus`` is the share it can always reclaim; ``user_cap`` limits each member."""
+
+    gpu_cap: int | None = None
+    guaranteed_gpus: int = 0
+    user_cap: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Everything one scheduling round needs. Jobs are pending or running; finished jobs are not included."""
+
+    nodes: tuple[NodeView, ...]
+    jobs: tuple[JobView, ...]
+    tenants: Mapping[str, TenantLimits] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Start ``job_id`` on exactly these GPUs (a whole gang at once)."""
+
+    job_id: JobId
+    slots: tuple[GpuSlot, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """A pending job left waiting, with the reason the UI shows and an optional detail line."""
+
+    reason: WaitReason
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The outcome of one round: which jobs to preempt (their GPUs are reused in ``start``), which to start
+    where, and for every pending job not started, why."""
+
+    start: tuple[Placement, ...] = ()
+    preempt: tuple[JobId, ...] = ()
+    waiting: Mapping[JobId, Wait] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class FinishedJob:
+    """A finished job as history-learning policies (Gittins, QSSF) are told about it.
+
+    The live loop and the simulator both call ``policy.observe_finished(record)`` when a job ends, so a policy only
+    ever learns from the past. ``executed_time`` is the seconds the job held its GPUs (its service time).
+    """
+
+    id: JobId
+    tenant: str
+    user: str
+    gpus: int
+    submit_time: float
+    finish_time: float
+    executed_time: float
+    name: str = ""
+    model: str = ""
+    succeeded: bool = True
+
+    @property
+    def service(self) -> float:
+        """GPU-seconds consumed: the quantity 2D schedulers rank by."""
+        return self.gpus * self.executed_time

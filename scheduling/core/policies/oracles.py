@@ -1,0 +1,54 @@
+"""Clairvoyant oracles: they read each job's true duration, so they exist only in the simulator.
+
+They are yardsticks, not options: SRSF (shortest remaining *service*, GPUs x remaining time) is the best simple
+JCT policy when sizes are known and what Tiresias compares its non-clairvoyant schedulers against.
+"""
+
+from __future__ import annotations
+
+from scheduling.core.model import JobState, JobView
+from scheduling.core.policies.base import NEVER, Key, Policy, known_duration
+
+
+def _remaining(job: JobView, now: float) -> float:
+    return max(0.0, known_duration(job) - job.executed_at(now))
+
+
+class _Oracle(Policy):
+    clairvoyant = True
+
+    def key_expiry(self, job: JobView, now: float) -> float:
+        # Remaining time shrinks continuously while a job runs; a waiting job's does not change.
+        return now if job.state == JobState.RUNNING else NEVER
+
+
+class Srtf(_Oracle):
+    """Shortest remaining time first, preemptive."""
+
+    name = "srtf"
+    preemptive = True
+
+    def key(self, job: JobView, now: float) -> Key:
+        return (_remaining(job, now), job.submit_time)
+
+
+class Srsf(_Oracle):
+    """Shortest remaining service first (GPUs x remaining seconds), preemptive."""
+
+    name = "srsf"
+    preemptive = True
+
+    def key(self, job: JobView, now: float) -> Key:
+        return (job.gpus * _remaining(job, now), job.submit_time)
+
+
+class Sjf(_Oracle):
+    """Shortest job (duration) first, non-preemptive."""
+
+    name = "sjf"
+
+    def key(self, job: JobView, now: float) -> Key:
+        return (known_duration(job), job.submit_time)
+
+    def key_expiry(self, job: JobView, now: float) -> float:
+        return NEVER

@@ -1,0 +1,7 @@
+from django.apps import AppConfig
+
+
+class LiveSchedulingConfig(AppConfig):
+    name = "scheduling.live"
+    label = "scheduling"
+    verbose_name = "Scheduling loop"

@@ -1,0 +1,50 @@
+"""One live scheduling round: lease, snapshot, decide, apply — all in one transaction."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from scheduling.core import decide
+from scheduling.live.apply import apply_decision
+from scheduling.live.lease import try_acquire_round_lease
+from scheduling.live.models import SchedulerRound
+from scheduling.live.snapshot import build_snapshot
+
+
+@dataclass(frozen=True, slots=True)
+class RoundResult:
+    started: int
+    preempted: int
+    pending: int
+    duration_ms: float
+
+
+def scheduling_round() -> RoundResult | None:
+    """Run one round with the policy and placement named in settings; None when another round holds the lease.
+
+    The clock is read here, once, and handed to the core, which never reads it itself.
+    """
+    began = time.perf_counter()
+    with transaction.atomic():
+        if not try_acquire_round_lease():
+            return None
+        now = timezone.now()
+        live = build_snapshot(now=now)
+        decision = decide(
+            live.snapshot, now=now.timestamp(), policy=settings.CORRAL_POLICY, placement=settings.CORRAL_PLACEMENT
+        )
+        applied = apply_decision(decision, live)
+        duration_ms = (time.perf_counter() - began) * 1000
+        SchedulerRound.objects.create(
+            duration_ms=duration_ms,
+            policy=settings.CORRAL_POLICY,
+            pending=applied.waiting,
+            started=applied.started,
+            preempted=applied.preempted,
+        )
+    return RoundResult(applied.started, applied.preempted, applied.waiting, duration_ms)

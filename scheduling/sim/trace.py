@@ -1,0 +1,87 @@
+"""Reading job traces in the shared schema (``../shared/traces/README.md``).
+
+Columns we know are parsed; any other column is ignored, so newer trace files keep working. Rows are returned in
+submission order (ties by file order), which is also the order the simulator breaks ties in.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True, slots=True)
+class TraceJob:
+    """One job of a trace: when it arrived, how long it runs once it has its GPUs, and who owns it."""
+
+    job_id: str
+    submit_time: float
+    duration: float
+    gpus: int
+    user: str = ""
+    tenant: str = ""
+    status: str = ""
+    model: str = ""
+    name: str = ""
+
+
+class TraceError(ValueError):
+    """A trace file that cannot be read as the shared schema."""
+
+
+REQUIRED = ("job_id", "submit_time", "duration", "num_gpus")
+
+
+def read_trace(path: str | Path) -> list[TraceJob]:
+    """Read a CSV (optionally ``.gz``) trace."""
+    path = Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8", newline="") as f:  # type: ignore[operator]
+        return parse_trace(f, source=str(path))
+
+
+def parse_trace(lines: Iterable[str] | io.TextIOBase, *, source: str = "<trace>") -> list[TraceJob]:
+    reader = csv.DictReader(lines)  # type: ignore[arg-type]
+    missing = [c for c in REQUIRED if c not in (reader.fieldnames or ())]
+    if missing:
+        raise TraceError(f"{source}: missing column(s) {', '.join(missing)}")
+    jobs = list(_rows(reader, source))
+    jobs.sort(key=lambda j: j.submit_time)  # stable: equal submit times keep file order
+    return jobs
+
+
+def _rows(reader: csv.DictReader, source: str) -> Iterator[TraceJob]:
+    for line, row in enumerate(reader, start=2):
+        try:
+            yield TraceJob(
+                job_id=row["job_id"],
+                submit_time=float(row["submit_time"]),
+                duration=float(row["duration"]),
+                gpus=int(float(row["num_gpus"])),
+                user=row.get("user") or "",
+                tenant=row.get("vc") or "",
+                status=row.get("status") or "",
+                model=row.get("model_name") or "",
+                name=row.get("job_name") or row.get("name") or "",
+            )
+        except (TypeError, ValueError) as exc:
+            raise TraceError(f"{source}:{line}: {exc}") from None
+
+
+def write_trace(jobs: Iterable[TraceJob], path: str | Path) -> None:
+    """Write jobs in the shared schema (tests and benchmarks generate their own small traces)."""
+    path = Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "wt", encoding="utf-8", newline="") as f:  # type: ignore[operator]
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(["job_id", "user", "vc", "submit_time", "duration", "num_gpus", "status", "model_name"])
+        for j in jobs:
+            w.writerow([j.job_id, j.user, j.tenant, _num(j.submit_time), _num(j.duration), j.gpus, j.status, j.model])
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else repr(x)

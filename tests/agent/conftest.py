@@ -1,0 +1,218 @@
+"""A real HTTP peer that plays the portal's side of ``docs/agent-protocol.md`` for the agent's tests.
+
+It is a test double of the *network peer*, not of our code: the agent under test makes real HTTP calls through
+httpx to a real socket. The peer keeps just enough state to behave like the portal: start orders are repeated
+until the task is reported, log chunks are appended only at the offset the peer holds, kills are repeated until
+the task exits, and a task is forgotten once its exit and whole log are in.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent.client import GpuDescriptor, PortalClient
+from agent.loop import Agent, Backoff
+from agent.runner import Runner
+
+TOKEN = "node-secret"
+
+
+class FakePortal:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.port = 0
+        self.heartbeat_interval = 0.05
+        self.sample_interval = 0.1
+        self.registrations: list[dict[str, Any]] = []
+        self.heartbeats: list[dict[str, Any]] = []
+        self.sample_posts: list[dict[str, Any]] = []
+        self.orders: dict[str, dict[str, Any]] = {}
+        self.sticky_start = False  # keep sending start even after the task was reported
+        self.kills: dict[tuple[int, int], float | None] = {}
+        self.auto_forget = True
+        self.forgotten: set[tuple[int, int]] = set()
+        self.logs: dict[str, bytes] = {}
+        self.reports: dict[str, list[dict[str, Any]]] = {}
+        self.lose_next_chunk: set[str] = set()
+        self.register_again = False
+        self._server: ThreadingHTTPServer | None = None
+
+    # --- control -----------------------------------------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def serve(self) -> None:
+        portal = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+                status, reply = portal.handle(self.path, self.headers.get("Authorization", ""), body)
+                data = json.dumps(reply).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self.port = self._server.server_address[1]
+        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
+
+    def down(self) -> None:
+        """Stop answering: connections are refused until :meth:`serve` binds the same port again."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def add_task(self, job: int, command: str | list[str], *, attempt: int = 1, rank: int = 0, gpus=(0,), env=None):
+        with self.lock:
+            self.orders[f"{job}:{attempt}:{rank}"] = {
+                "job": job,
+                "attempt": attempt,
+                "rank": rank,
+                "command": command,
+                "gpus": list(gpus),
+                "env": env if env is not None else {"CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus))},
+            }
+
+    def kill(self, job: int, *, attempt: int = 1, grace: float | None = None) -> None:
+        with self.lock:
+            self.kills[(job, attempt)] = grace
+
+    def last(self, job: int, attempt: int = 1, rank: int = 0) -> dict[str, Any] | None:
+        with self.lock:
+            history = self.reports.get(f"{job}:{attempt}:{rank}")
+            return history[-1] if history else None
+
+    def log(self, job: int, attempt: int = 1, rank: int = 0) -> str:
+        with self.lock:
+            return self.logs.get(f"{job}:{attempt}:{rank}", b"").decode()
+
+    def states(self, job: int, attempt: int = 1, rank: int = 0) -> list[str]:
+        with self.lock:
+            return [report["state"] for report in self.reports.get(f"{job}:{attempt}:{rank}", [])]
+
+    # --- the portal's side of the protocol ---------------------------------------------------------------------
+    def handle(self, path: str, auth: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        if auth != f"Node {TOKEN}":
+            return 401, {"detail": "Invalid node token."}
+        with self.lock:
+            if path == "/api/v1/agent/register/":
+                self.registrations.append(body)
+                self.register_again = False
+                return 200, {
+                    "node": body["hostname"],
+                    "heartbeat_interval": self.heartbeat_interval,
+                    "sample_interval": self.sample_interval,
+                }
+            if path == "/api/v1/agent/heartbeat/":
+                if self.register_again:
+                    return 409, {"detail": "register again"}
+                return 200, self._heartbeat(body)
+            if path == "/api/v1/agent/samples/":
+                self.sample_posts.append(body)
+                return 200, {"accepted": len(body["samples"])}
+        return 404, {"detail": "Not found."}
+
+    def _heartbeat(self, body: dict[str, Any]) -> dict[str, Any]:
+        self.heartbeats.append(body)
+        offsets: dict[str, int] = {}
+        done: set[tuple[int, int]] = set()
+        running: set[tuple[int, int]] = set()
+        for task in body["tasks"]:
+            wire = f"{task['job']}:{task['attempt']}:{task['rank']}"
+            self.reports.setdefault(wire, []).append(task)
+            held = self.logs.setdefault(wire, b"")
+            if wire in self.lose_next_chunk and task["log"]:
+                self.lose_next_chunk.discard(wire)  # as if the write had been lost: the offset stays put
+            elif task["log_offset"] == len(held):
+                self.logs[wire] = held + task["log"].encode()
+            offsets[wire] = len(self.logs[wire])
+            pair = (task["job"], task["attempt"])
+            if task["state"] == "running":
+                running.add(pair)
+            elif offsets[wire] == task["log_size"]:
+                done.add(pair)
+        start = [order for wire, order in self.orders.items() if self.sticky_start or wire not in self.reports]
+        kill = [
+            {"job": job, "attempt": attempt, "grace_seconds": grace}
+            for (job, attempt), grace in self.kills.items()
+            if (job, attempt) in running
+        ]
+        forget = []
+        if self.auto_forget:
+            forget = [{"job": job, "attempt": attempt} for job, attempt in sorted(done - running)]
+            self.forgotten |= done - running
+        return {"start": start, "kill": kill, "forget": forget, "log_offsets": offsets}
+
+
+@pytest.fixture
+def portal() -> Iterator[FakePortal]:
+    peer = FakePortal()
+    peer.serve()
+    yield peer
+    peer.down()
+
+
+@pytest.fixture
+def make_agent(tmp_path: Path) -> Iterator[Callable[..., Agent]]:
+    """Agents wired to a portal URL, whose tasks are all stopped at teardown."""
+    agents: list[Agent] = []
+
+    def make(url: str, *, token: str = TOKEN, run_as: str | None = None, grace: float = 0.5) -> Agent:
+        client = PortalClient(url, lambda: token, timeout=2.0)
+        runner = Runner(tmp_path / f"work{len(agents)}", run_as=run_as)
+        gpus = [GpuDescriptor(i, f"GPU-test-{i}", "Test GPU", 1024) for i in range(2)]
+        agent = Agent(
+            client, runner, hostname="node-a", address="127.0.0.1", gpus=gpus, grace=grace, backoff=Backoff(0.01, 0.05)
+        )
+        agents.append(agent)
+        return agent
+
+    yield make
+    for agent in agents:
+        agent.shutdown()
+        agent.client.close()
+
+
+def _step_until(agent: Agent, done: Callable[[], object], *, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        agent.step()
+        time.sleep(0.02)
+
+
+def _wait_for(done: Callable[[], object], *, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def step_until() -> Callable[..., None]:
+    """Run heartbeat iterations until ``done()`` is true, as the live loop would but without its waiting."""
+    return _step_until
+
+
+@pytest.fixture
+def wait_for() -> Callable[..., None]:
+    """Poll ``done()`` until it is true (for processes and threads the test does not drive)."""
+    return _wait_for
