@@ -36,6 +36,8 @@ log = logging.getLogger(__name__)
 
 #: How often finished job directories older than the retention are deleted.
 PRUNE_EVERY_SECONDS = 3600.0
+#: Heartbeat delay while some task has more log than one chunk could carry.
+CATCH_UP_SECONDS = 0.5
 #: Forgotten task keys remembered so that a stale, repeated ``start`` can never run a finished task twice.
 REMEMBER_FINISHED = 4096
 
@@ -100,7 +102,7 @@ class Agent:
         except RegisterAgain:
             log.warning("portal asked this node to register again; its running tasks were requeued there")
             self.lose_session()
-            return 0.0
+            return self.backoff.next()  # prompt, but a portal that keeps saying so must not make us spin
         except PortalUnavailable as exc:
             log.warning("heartbeat failed (%s); retrying", exc)
             return self.backoff.next()
@@ -112,6 +114,8 @@ class Agent:
             self.sent_offsets[report.key] = report.log_offset + len(report.log.encode())
         self.apply(reply)
         self._maybe_prune()
+        if any(report.log_offset + len(report.log.encode()) < report.log_size for report in reports):
+            return min(self.heartbeat_interval, CATCH_UP_SECONDS)  # a chatty job's log must not fall ever behind
         return self.heartbeat_interval
 
     def register(self) -> bool:
@@ -126,7 +130,6 @@ class Agent:
             return False
         self.registration = registration
         self.heartbeat_interval = registration.heartbeat_interval
-        self.backoff.reset()
         log.info(
             "registered as node %s with %d GPU(s); heartbeat every %.1fs",
             registration.node,
@@ -176,7 +179,7 @@ class Agent:
         self.runner.terminate_all(self.grace)
         for key in self.runner.tasks:
             self._remember_finished(key)
-        self.runner.tasks.clear()
+        self.runner.drop_all()
         self.sent_offsets.clear()
         self.registration = None
 

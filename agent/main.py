@@ -195,6 +195,8 @@ def run(config: Config) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     who = config.run_as or f"uid {os.geteuid()}"
+    if config.run_as is None and os.geteuid() == 0:
+        log.warning("jobs run as root (--allow-root): any job can take over this node")
     log.info("corral-agent %s for %s: workdir %s, jobs run as %s", config.name, config.server, config.workdir, who)
     shipping = threading.Thread(target=shipper.run, args=(stop,), name="telemetry", daemon=True)
     shipping.start()

@@ -82,6 +82,7 @@ class Task:
     error: str | None = None  # set when the task failed to start; it is then the task's whole log
     term_deadline: float | None = None  # monotonic time after which SIGKILL follows the SIGTERM already sent
     forget_pending: bool = False
+    log_fd: int | None = None  # the agent's read descriptor of output.log
 
     @property
     def state(self) -> TaskState:
@@ -165,7 +166,12 @@ class Runner:
         try:
             user = self._job_user()
             self._prepare_directory(task.directory, user)
-            fd = os.open(task.log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o640)
+            flags = os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW
+            fd = os.open(task.log_path, os.O_WRONLY | flags, 0o640)
+            # The agent reads the log through its own descriptor, opened before the job runs: the job owns its
+            # directory and could swap output.log for a symlink to a root-only file, which a root agent reading
+            # by path would then ship to the portal.
+            task.log_fd = os.open(task.log_path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
             try:
                 task.process = subprocess.Popen(  # noqa: S603 - running user jobs is this module's purpose
                     argv,
@@ -181,6 +187,7 @@ class Runner:
             finally:
                 os.close(fd)
         except (OSError, subprocess.SubprocessError, ValueError, LookupError) as exc:
+            _close_log(task)
             task.error = f"corral-agent: cannot start task {key.wire}: {exc}\n"
             log.error("task %s failed to start: %s", key.wire, exc)
             return task
@@ -270,6 +277,12 @@ class Runner:
 
     def _drop(self, task: Task) -> None:
         self.tasks.pop(task.key, None)
+        _close_log(task)
+
+    def drop_all(self) -> None:
+        """Forget every task (after :meth:`terminate_all`, when the portal has requeued them all)."""
+        for task in list(self.tasks.values()):
+            self._drop(task)
 
     def terminate_all(self, grace: float, *, poll_every: float = 0.05) -> None:
         """SIGTERM every running task, SIGKILL what is left after ``grace``, and reap them all (blocking)."""
@@ -289,10 +302,8 @@ class Runner:
             size, chunk = len(data), data[offset : offset + limit]
         else:
             try:
-                with open(task.log_path, "rb") as handle:
-                    size = os.fstat(handle.fileno()).st_size
-                    handle.seek(offset)
-                    chunk = handle.read(limit)
+                size = os.fstat(task.log_fd).st_size if task.log_fd is not None else 0
+                chunk = os.pread(task.log_fd, limit, offset) if task.log_fd is not None and offset < size else b""
             except OSError:
                 size, chunk = 0, b""
         if task.alive or len(chunk) == limit:
@@ -367,6 +378,12 @@ class Runner:
                 self.on_gpus(task.gpus, busy, task.pid)
             except Exception:  # telemetry garnish must never break job control
                 log.exception("GPU activity hook failed")
+
+
+def _close_log(task: Task) -> None:
+    if task.log_fd is not None:
+        os.close(task.log_fd)
+        task.log_fd = None
 
 
 def _identity(user: JobUser | None) -> dict[str, object]:

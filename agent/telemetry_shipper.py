@@ -85,6 +85,7 @@ class TelemetryShipper:
         self.xids: SendBuffer[XidEvent] = SendBuffer(xid_capacity)
         self.samples_per_post = samples_per_post
         self.wall_clock = wall_clock
+        self.failing = False
 
     def on_registered(self, registration: Registration) -> None:
         if self.fixed_interval is None:
@@ -119,10 +120,16 @@ class TelemetryShipper:
                     dropped=self.dropped,
                 )
             except (PortalUnavailable, RegisterAgain, PortalRefused) as exc:
-                log.warning("cannot ship telemetry (%s); %d sample(s) buffered", exc, len(self.samples))
+                # Once per outage at WARNING: the heartbeat loop already reports the outage on its own cadence.
+                level = logging.DEBUG if self.failing else logging.WARNING
+                log.log(level, "cannot ship telemetry (%s); %d sample(s) buffered", exc, len(self.samples))
+                self.failing = True
                 return False
             self.samples.ack(samples)
             self.xids.ack(xids)
+            if self.failing:
+                log.info("telemetry shipping resumed (%d dropped while the portal was away)", self.dropped)
+                self.failing = False
         return True
 
     def tick(self) -> None:

@@ -101,7 +101,10 @@ class Client:
         headers = {"Accept": "application/json"}
         if token:
             headers["Authorization"] = f"Token {token}"
-        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=TIMEOUT, transport=transport)
+        try:
+            self._http = httpx.Client(base_url=self.url, headers=headers, timeout=TIMEOUT, transport=transport)
+        except httpx.InvalidURL as exc:
+            raise CliError(f"bad portal URL {self.url!r}: {exc}", exit_code=2) from exc
 
     def __enter__(self) -> Client:
         return self

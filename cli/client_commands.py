@@ -20,7 +20,7 @@ from pathlib import PurePosixPath
 from typing import Annotated, Any, ParamSpec, TypeVar
 
 import typer
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -40,7 +40,7 @@ STATE_STYLES = {"pending": "yellow", "running": "cyan", "succeeded": "green", "f
 #: File suffixes that name the interesting part of a command, used to derive a default job name.
 SCRIPT_SUFFIXES = frozenset({".py", ".sh", ".bash", ".jl", ".r", ".lua", ".pl", ".rb", ".ipynb"})
 
-#: Page width for tables written to a pipe or file (see :func:`_console`).
+#: Page width for tables written to a pipe or file (see :func:`_emit`).
 PIPED_WIDTH = 200
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print the portal's JSON instead of a table.")]
@@ -84,14 +84,21 @@ def _client() -> Client:
     return Client(settings.url, settings.token)
 
 
-def _console() -> Console:
-    """A console on the current ``sys.stdout`` (created per call: typer's CliRunner swaps it in tests).
+def _emit(*renderables: RenderableType) -> None:
+    """Print rich renderables on the current ``sys.stdout`` (looked up per call: typer's CliRunner swaps it).
 
-    Piped into ``grep`` or a file there is no terminal width to fit, and rich's 80-column default would cut job
-    names and reasons with an ellipsis; a wide page keeps every row whole. ``COLUMNS`` still wins when set.
+    At a terminal, rich fits the tables to its width. Piped into ``grep`` or a file, rich's 80-column default would
+    cut names and reasons with an ellipsis and pad every row with spaces, so the page is made wide and the padding
+    stripped: each job stays one whole line. ``COLUMNS`` still wins when set.
     """
     piped = not sys.stdout.isatty() and "COLUMNS" not in os.environ
-    return Console(highlight=False, width=PIPED_WIDTH if piped else None)
+    console = Console(highlight=False, width=PIPED_WIDTH if piped else None)
+    if console.is_terminal:
+        console.print(*renderables)
+        return
+    with console.capture() as captured:
+        console.print(*renderables)
+    typer.echo("\n".join(line.rstrip() for line in captured.get().splitlines()))
 
 
 def _print_json(value: Any) -> None:
@@ -193,7 +200,7 @@ def parse_env(pairs: Sequence[str]) -> dict[str, str]:
 @_friendly
 def submit(
     command: Annotated[
-        list[str], typer.Argument(metavar="-- COMMAND...", help="The command to run, after `--`.", show_default=False)
+        list[str], typer.Argument(metavar="COMMAND", help="The command to run, after `--`.", show_default=False)
     ],
     gpus: Annotated[int, typer.Option("--gpus", "-g", help="GPUs the job needs.")] = 1,
     name: Annotated[
@@ -222,7 +229,7 @@ def submit(
     line = Text.assemble(f"Submitted job {job['id']} (", _state(job), ")")
     if job.get("reason"):
         line.append(f": {job['reason']}")
-    _console().print(line)
+    _emit(line)
 
 
 # -- jobs / show -----------------------------------------------------------------------------------------------
@@ -254,6 +261,8 @@ def jobs(
     if not found:
         typer.echo("No jobs.")
         return
+    if len(found) == limit:
+        typer.echo(f"(the newest {limit} jobs; --limit shows more)", err=True)  # stderr: stdout stays the table
     table = Table(box=None, header_style="bold", pad_edge=False)
     for column in ("ID", "NAME", "TENANT", "USER", "GPUS", "STATE", "SUBMITTED", "WHERE / WHY"):
         table.add_column(
@@ -270,7 +279,7 @@ def jobs(
             _when(job.get("submitted_at")),
             Text(_where_or_why(job)),
         )
-    _console().print(table)
+    _emit(table)
 
 
 @_friendly
@@ -310,23 +319,22 @@ def show(job_id: Annotated[int, typer.Argument(metavar="ID", help="Job id.")], a
         rows.append(("Env", " ".join(f"{k}={v}" for k, v in sorted(job["env"].items()))))
     for label, value in rows:
         grid.add_row(label, value if isinstance(value, Text) else Text(value))
-    console = _console()
-    console.print(grid)
-    if events:
-        table = Table(title="Events", title_justify="left", box=None, header_style="bold", pad_edge=False)
-        for column in ("AT", "EVENT", "CHANGE", "BY", "REASON"):
-            table.add_column(column)
-        for event in events:
-            change = f"{event.get('from_state') or ''} -> {event.get('to_state')}" if event.get("to_state") else ""
-            table.add_row(
-                _when(event.get("at")),
-                Text(event.get("kind") or ""),
-                change,
-                Text(event.get("actor") or ""),
-                Text(event.get("reason") or ""),
-            )
-        console.print()
-        console.print(table)
+    if not events:
+        _emit(grid)
+        return
+    table = Table(title="Events", title_justify="left", box=None, header_style="bold", pad_edge=False)
+    for column in ("AT", "EVENT", "CHANGE", "BY", "REASON"):
+        table.add_column(column)
+    for event in events:
+        change = " -> ".join(s for s in (event.get("from_state"), event.get("to_state")) if s)
+        table.add_row(
+            _when(event.get("at")),
+            Text(event.get("kind") or ""),
+            change,
+            Text(event.get("actor") or ""),
+            Text(event.get("reason") or ""),
+        )
+    _emit(grid, "", table)
 
 
 # -- logs / cancel ---------------------------------------------------------------------------------------------
@@ -417,7 +425,7 @@ def nodes(as_json: JsonFlag = False) -> None:
                 str(gpu["job"]) if gpu.get("job") is not None else "",
             )
             node_cells = ["", "", ""]  # the node's columns on its first GPU row only, so nodes read as groups
-    _console().print(table)
+    _emit(table)
 
 
 # -- rendering helpers -----------------------------------------------------------------------------------------

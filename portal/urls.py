@@ -7,5 +7,6 @@ urlpatterns = [
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("api/v1/", include("portal.api.urls")),
+    path("", include("telemetry.urls")),
     path("", include("portal.web.urls")),
 ]

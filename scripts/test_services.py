@@ -308,7 +308,7 @@ def services() -> Iterator[Services]:
         redis, redis_url = start_redis(root)
         started.servers.append(redis)
         data_dir = root / "data"
-        data_dir.mkdir()
+        (data_dir / "staticfiles").mkdir(parents=True)  # STATIC_ROOT: whitenoise warns on every request without it
         started.env = {"DATABASE_URL": database_url, "REDIS_URL": redis_url, "CORRAL_DATA_DIR": str(data_dir)}
         log(f"PostgreSQL at {database_url}, Redis at {redis_url}")
         yield started

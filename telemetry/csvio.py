@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Iterable, Iterator
+import re
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
@@ -93,42 +94,84 @@ def read_telemetry(source: str | Path | IO[str]) -> TelemetryTable:
     """Load a telemetry CSV; optional columns may be missing, unknown extra columns are ignored."""
     name = str(source) if isinstance(source, str | Path) else getattr(source, "name", "telemetry.csv")
     with _open_for_read(source) as fh:
-        reader = csv.reader(fh)
-        header = next(reader, None)
-        if header is None:
-            raise ValueError(f"{name}: empty file")
-        header = [h.strip() for h in header]
-        missing = [c for c in REQUIRED_COLUMNS if c not in header]
-        if missing:
-            raise ValueError(f"{name}: missing column(s) {', '.join(missing)}")
-        position = {c: header.index(c) for c in COLUMNS if c in header}
-        times: list[np.ndarray] = []
-        nodes: list[str] = []
-        gpus: list[str] = []
-        numbers: dict[str, list[np.ndarray]] = {c: [] for c in NUMERIC_COLUMNS if c in position}
-        time_cache: dict[str, float] = {}
-        line = 1
-        for chunk in _chunks(reader, _CHUNK_ROWS):
-            for offset, row in enumerate(chunk):
-                if len(row) < len(header):
-                    raise ValueError(f"{name} line {line + offset + 1}: expected {len(header)} fields, got {len(row)}")
-            columns = list(zip(*chunk, strict=False))
-            times.append(_parse_times(columns[position["timestamp"]], time_cache, name, line))
-            nodes.extend(columns[position["node"]])
-            gpus.extend(columns[position["gpu_uuid"]])
-            for c in numbers:
-                numbers[c].append(_parse_numbers(columns[position[c]], name, line, c))
-            line += len(chunk)
-    if not times:
+        text = fh.read()
+    header_line, _, body = text.partition("\n")
+    header = [h.strip() for h in next(csv.reader([header_line]), [])]
+    if not header or header == [""]:
+        raise ValueError(f"{name}: empty file")
+    missing = [c for c in REQUIRED_COLUMNS if c not in header]
+    if missing:
+        raise ValueError(f"{name}: missing column(s) {', '.join(missing)}")
+    if '"' not in body and header[:3] == ["timestamp", "node", "gpu_uuid"]:
+        parsed = _read_plain(body.replace("\r", ""), header, name)
+    else:
+        parsed = _read_with_csv(body, header, name)
+    times, nodes, gpus, values = parsed
+    if times.size == 0:
         raise ValueError(f"{name}: no rows")
-    if any(not g for g in gpus):
-        raise ValueError(f"{name}: empty gpu_uuid")
-    values = {c: np.concatenate(parts) for c, parts in numbers.items()}
     values["xid"] = np.nan_to_num(values["xid"], nan=0.0)
     try:
-        return build_table(np.concatenate(times), nodes, gpus, values)
+        return build_table(times, nodes, gpus, values)
     except ValueError as exc:
         raise ValueError(f"{name}: {exc}") from None
+
+
+_Parsed = tuple[np.ndarray, list[str], list[str], dict[str, np.ndarray]]
+_FIRST_THREE = re.compile(r"^([^,\n]*),([^,\n]*),([^,\n]*)(?:,|$)", re.MULTILINE)
+_EMPTY_FIELD = re.compile(r"(?<=,)(?=,|\n|$)")
+
+
+def _read_plain(body: str, header: list[str], name: str) -> _Parsed:
+    """Fast path for files without quoting whose first columns are timestamp,node,gpu_uuid (what our writers
+    produce): numbers go through numpy's C parser, names through one regex pass."""
+    body = "\n".join(line for line in body.split("\n") if line.strip()) if "\n\n" in body else body.strip("\n")
+    if not body:
+        return np.empty(0), [], [], {}
+    lines = body.count("\n") + 1
+    first = _FIRST_THREE.findall(body)
+    if len(first) != lines:
+        return _read_with_csv(body, header, name)  # ragged rows: let the csv path find and report the bad line
+    numeric = [c for c in NUMERIC_COLUMNS if c in header]
+    try:
+        matrix = np.loadtxt(
+            io.StringIO(_EMPTY_FIELD.sub("nan", body)),
+            delimiter=",",
+            usecols=[header.index(c) for c in numeric],
+            dtype=np.float64,
+            ndmin=2,
+        )
+    except ValueError as exc:
+        raise ValueError(f"{name}: {exc}") from None
+    values = {c: matrix[:, j] for j, c in enumerate(numeric)}
+    for c, v in values.items():
+        _check_range(v, name, 1, c)
+    cache: dict[str, float] = {}
+    times = _parse_times([row[0] for row in first], cache, name, 1)
+    return times, [row[1] for row in first], [row[2] for row in first], values
+
+
+def _read_with_csv(body: str, header: list[str], name: str) -> _Parsed:
+    """General path (quoted fields, any column order), chunked to bound memory."""
+    position = {c: header.index(c) for c in COLUMNS if c in header}
+    times: list[np.ndarray] = [np.empty(0)]
+    nodes: list[str] = []
+    gpus: list[str] = []
+    numbers: dict[str, list[np.ndarray]] = {c: [] for c in NUMERIC_COLUMNS if c in position}
+    cache: dict[str, float] = {}
+    line = 1
+    for chunk in _chunks(csv.reader(io.StringIO(body)), _CHUNK_ROWS):
+        for offset, row in enumerate(chunk):
+            if len(row) < len(header):
+                raise ValueError(f"{name} line {line + offset + 1}: expected {len(header)} fields, got {len(row)}")
+        columns = list(zip(*chunk, strict=False))
+        times.append(_parse_times(columns[position["timestamp"]], cache, name, line))
+        nodes.extend(columns[position["node"]])
+        gpus.extend(columns[position["gpu_uuid"]])
+        for c in numbers:
+            numbers[c].append(_parse_numbers(columns[position[c]], name, line, c))
+        line += len(chunk)
+    values = {c: np.concatenate(parts) if parts else np.empty(0) for c, parts in numbers.items()}
+    return np.concatenate(times), nodes, gpus, values
 
 
 # -- labels.csv -------------------------------------------------------------------------------------------------------
@@ -208,7 +251,7 @@ def _chunks(reader: Iterator[list[str]], size: int) -> Iterator[list[list[str]]]
         yield chunk
 
 
-def _parse_times(cells: tuple[str, ...], cache: dict[str, float], name: str, first_line: int) -> np.ndarray:
+def _parse_times(cells: Sequence[str], cache: dict[str, float], name: str, first_line: int) -> np.ndarray:
     out = np.empty(len(cells))
     for i, cell in enumerate(cells):
         value = cache.get(cell)
@@ -234,11 +277,15 @@ def _parse_numbers(cells: tuple[str, ...], name: str, first_line: int, column: s
             except ValueError:
                 raise ValueError(f"{name} line {first_line + i + 1}: {column}: not a number: {cell!r}") from None
         raise
+    _check_range(values, name, first_line, column)
+    return values
+
+
+def _check_range(values: np.ndarray, name: str, first_line: int, column: str) -> None:
     bad = np.isinf(values) | (values < 0)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise ValueError(f"{name} line {first_line + i + 1}: {column}: must be a finite number >= 0: {cells[i]!r}")
-    return values
+        raise ValueError(f"{name} line {first_line + i + 1}: {column}: must be a finite number >= 0, got {values[i]}")
 
 
 def _time_cells(ts: np.ndarray) -> list[str]:

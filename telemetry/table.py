@@ -74,19 +74,32 @@ def build_table(
     gpu_names: Sequence[str],
     values: Mapping[str, np.ndarray],
 ) -> TelemetryTable:
-    """A table from parallel per-row arrays of timestamps, node names and GPU names; sorts by (GPU, time) and
-    rejects duplicate (GPU, time) rows, which would make windowed counts wrong."""
-    ts = np.asarray(timestamp, dtype=np.float64)
+    """A table from parallel per-row arrays of timestamps, node names and GPU names."""
     node_codes, node_uniq = _encode(node_names)
     gpu_codes, gpu_uniq = _encode(gpu_names)
+    return table_from_codes(timestamp, node_codes, node_uniq, gpu_codes, gpu_uniq, values)
+
+
+def table_from_codes(
+    timestamp: np.ndarray,
+    node: np.ndarray,
+    node_names: Sequence[str],
+    gpu: np.ndarray,
+    gpu_names: Sequence[str],
+    values: Mapping[str, np.ndarray],
+) -> TelemetryTable:
+    """A table from per-row codes into ``node_names``/``gpu_names``. Sorts by (GPU, time) and rejects duplicate
+    (GPU, time) rows, which would make windowed counts wrong."""
+    ts = np.asarray(timestamp, dtype=np.float64)
+    gpu_codes = np.asarray(gpu, dtype=np.int32)
     order = np.lexsort((ts, gpu_codes))
-    ts, gpu_codes, node_codes = ts[order], gpu_codes[order], node_codes[order]
+    ts, gpu_codes, node_codes = ts[order], gpu_codes[order], np.asarray(node, dtype=np.int32)[order]
     dup = (np.diff(gpu_codes) == 0) & (np.diff(ts) == 0)
     if dup.any():
         i = int(np.flatnonzero(dup)[0])
-        raise ValueError(f"duplicate row for GPU {gpu_uniq[gpu_codes[i]]} at timestamp {ts[i]:.0f}")
+        raise ValueError(f"duplicate row for GPU {gpu_names[gpu_codes[i]]} at timestamp {ts[i]:.0f}")
     cols = {c: np.asarray(v, dtype=np.float64)[order] for c, v in values.items() if c in NUMERIC_COLUMNS}
-    return TelemetryTable(ts, node_codes, gpu_codes, tuple(node_uniq), tuple(gpu_uniq), cols)
+    return TelemetryTable(ts, node_codes, gpu_codes, tuple(node_names), tuple(gpu_names), cols)
 
 
 def table_from_rows(rows: Iterable[TelemetryRow]) -> TelemetryTable:

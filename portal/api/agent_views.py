@@ -55,6 +55,7 @@ class HeartbeatView(AgentView):
                 "start": reply.start,
                 "kill": reply.kill,
                 "forget": reply.forget,
+                "signal": reply.signal,
                 "log_offsets": reply.log_offsets,
                 "heartbeat_interval": settings.CORRAL_HEARTBEAT_INTERVAL,
             }

@@ -39,15 +39,33 @@ class JobSerializer(serializers.ModelSerializer):
     class Meta:
         model = Job
         fields = [
-            "id", "name", "command", "gpus", "tenant", "user", "env", "state", "reason", "reason_code",
-            "exit_code", "attempt", "node", "nodes", "gpu_indices", "cancel_requested", "hardware_retries",
-            "submitted_at", "started_at", "finished_at",
+            "id",
+            "name",
+            "command",
+            "gpus",
+            "tenant",
+            "user",
+            "env",
+            "state",
+            "reason",
+            "reason_code",
+            "exit_code",
+            "attempt",
+            "node",
+            "nodes",
+            "gpu_indices",
+            "cancel_requested",
+            "hardware_retries",
+            "submitted_at",
+            "started_at",
+            "finished_at",
         ]
         read_only_fields = fields
 
     def _tasks(self, job: Job) -> list:
-        # The views prefetch ``tasks__node``; only the current attempt says where the job runs now.
-        if job.state != "running":
+        # The views prefetch ``tasks__node``. The latest attempt says where the job runs or ran; a pending job
+        # (never started, or requeued) runs nowhere.
+        if job.state == "pending":
             return []
         return [t for t in job.tasks.all() if t.attempt == job.attempt]
 
@@ -94,8 +112,17 @@ class NodeSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Node
-        fields = ["name", "hostname", "address", "rack", "state", "state_reason", "last_heartbeat", "agent_version",
-                  "gpus"]
+        fields = [
+            "name",
+            "hostname",
+            "address",
+            "rack",
+            "state",
+            "state_reason",
+            "last_heartbeat",
+            "agent_version",
+            "gpus",
+        ]
 
     def get_gpus(self, node: Node) -> list[dict]:
         gpus = [g for g in node.gpus.all() if g.present]
@@ -125,8 +152,9 @@ class TaskReportSerializer(serializers.Serializer):
     pid = serializers.IntegerField(allow_null=True, required=False, default=None)
     exit_code = serializers.IntegerField(allow_null=True, required=False, default=None)
     log_offset = serializers.IntegerField(min_value=0, required=False, default=0)
-    log = serializers.CharField(allow_blank=True, required=False, default="", trim_whitespace=False,
-                                max_length=1_000_000)
+    log = serializers.CharField(
+        allow_blank=True, required=False, default="", trim_whitespace=False, max_length=1_000_000
+    )
     log_end = serializers.IntegerField(min_value=0, allow_null=True, required=False, default=None)
     log_size = serializers.IntegerField(min_value=0, required=False, default=0)
 

@@ -3,6 +3,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
 from portal.api import agent_views, views
+from telemetry import api as telemetry_api
 
 router = DefaultRouter()
 router.register("jobs", views.JobViewSet, basename="job")
@@ -12,6 +13,7 @@ urlpatterns = [
     path("auth/token/", views.TokenView.as_view(), name="api-token"),
     path("agent/register/", agent_views.RegisterView.as_view(), name="agent-register"),
     path("agent/heartbeat/", agent_views.HeartbeatView.as_view(), name="agent-heartbeat"),
+    path("agent/samples/", telemetry_api.SamplesView.as_view(), name="agent-samples"),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("", include(router.urls)),

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 JOB_STATE_CHOICES = [(s.value, s.value.capitalize()) for s in JobState]
 ACTIVE_STATES = [JobState.PENDING.value, JobState.RUNNING.value]
-TERMINAL_STATES = [s.value for s in TERMINAL]
+TERMINAL_STATES = sorted(s.value for s in TERMINAL)  # sorted: a frozenset's order changes between runs
 
 
 class JobQuerySet(models.QuerySet["Job"]):
@@ -157,6 +157,10 @@ class JobTask(models.Model):
     pid = models.IntegerField(null=True, blank=True)
     exit_code = models.IntegerField(null=True, blank=True)
     kill_requested = models.BooleanField(default=False)
+    checkpoint_requested_at = models.DateTimeField(
+        null=True, blank=True, help_text="Set when the task should checkpoint (e.g. its GPU is predicted to fail)."
+    )
+    checkpoint_signalled_at = models.DateTimeField(null=True, blank=True)
     log_received = models.PositiveBigIntegerField(default=0, help_text="Bytes of the agent's log file received.")
     forgotten = models.BooleanField(default=False, help_text="The agent was told it may drop this task.")
     created_at = models.DateTimeField(auto_now_add=True)
@@ -187,3 +191,6 @@ class JobLogChunk(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["job", "offset"], name="%(app_label)s_%(class)s_unique_job_offset"),
         ]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} log at {self.offset}"

@@ -28,15 +28,24 @@ MAX_COMMAND_CHARS = 16_000
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: Variables the portal sets for each task; a user's env may not override them.
 RESERVED_ENV = frozenset(
-    {"CUDA_VISIBLE_DEVICES", "CORRAL_JOB_ID", "CORRAL_ATTEMPT", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK",
-     "LOCAL_RANK", "NODE_RANK", "CORRAL_NNODES", "CORRAL_NODE_RANK"}
+    {
+        "CUDA_VISIBLE_DEVICES",
+        "CORRAL_JOB_ID",
+        "CORRAL_ATTEMPT",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "WORLD_SIZE",
+        "RANK",
+        "LOCAL_RANK",
+        "NODE_RANK",
+        "CORRAL_NNODES",
+        "CORRAL_NODE_RANK",
+    }
 )
 
 
 def _record(job: Job, kind: str, *, actor: str, reason: str = "", from_state: str = "", to_state: str = "") -> None:
-    JobEvent.objects.create(
-        job=job, kind=kind, actor=actor, reason=reason, from_state=from_state, to_state=to_state
-    )
+    JobEvent.objects.create(job=job, kind=kind, actor=actor, reason=reason, from_state=from_state, to_state=to_state)
 
 
 def _kick_scheduler() -> None:
@@ -156,9 +165,7 @@ def job_submit(
     if quota is not None and quota.max_active_jobs is not None:
         active = Job.objects.filter(tenant=resolved, state__in=ACTIVE_STATES).count()
         if active >= quota.max_active_jobs:
-            raise QuotaExceeded(
-                f"tenant '{resolved.slug}' already has {active} jobs pending or running (its limit)"
-            )
+            raise QuotaExceeded(f"tenant '{resolved.slug}' already has {active} jobs pending or running (its limit)")
     job = Job.objects.create(
         tenant=resolved, user=user, name=name, command=command, gpus=gpus, env=env, queued_at=timezone.now()
     )
@@ -218,7 +225,10 @@ def job_requeue(job: Job, *, actor: str, reason: str, hardware: bool) -> Job:
         if job.hardware_retries > settings.CORRAL_MAX_HARDWARE_RETRIES:
             job.exit_code = None
             return job_transition(
-                job, JobState.FAILED, kind=EventKind.FAILED, actor=actor,
+                job,
+                JobState.FAILED,
+                kind=EventKind.FAILED,
+                actor=actor,
                 reason=f"{reason}; gave up after {settings.CORRAL_MAX_HARDWARE_RETRIES} hardware retries",
             )
     if job.started_at is not None:

@@ -32,9 +32,7 @@ class Node(models.Model):
     class Meta:
         ordering = ["name"]
         constraints = [
-            models.CheckConstraint(
-                condition=Q(state__in=NodeState.values), name="%(app_label)s_%(class)s_state_valid"
-            ),
+            models.CheckConstraint(condition=Q(state__in=NodeState.values), name="%(app_label)s_%(class)s_state_valid"),
         ]
 
     def __str__(self) -> str:

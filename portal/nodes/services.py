@@ -23,6 +23,8 @@ from portal.nodes.models import Gpu, Node, NodeState
 from scheduling.core.states import JobState
 
 LIVE_TASK_STATES = (TaskState.ASSIGNED, TaskState.RUNNING)
+#: Sent to a task's process group when it should checkpoint soon (documented for job authors in docs/agent.md).
+CHECKPOINT_SIGNAL = "SIGUSR1"
 
 
 def node_token_issue(*, name: str) -> tuple[Node, str]:
@@ -76,6 +78,7 @@ class HeartbeatReply:
     start: list[dict[str, object]] = field(default_factory=list)
     kill: list[dict[str, object]] = field(default_factory=list)
     forget: list[dict[str, int]] = field(default_factory=list)
+    signal: list[dict[str, object]] = field(default_factory=list)
     log_offsets: dict[str, int] = field(default_factory=dict)
 
 
@@ -93,9 +96,7 @@ def _lose_tasks(tasks: Iterable[JobTask], *, actor: str, reason: str) -> None:
 
 
 @transaction.atomic
-def node_register(
-    *, node: Node, hostname: str, address: str, agent_version: str, gpus: Sequence[GpuReport]
-) -> Node:
+def node_register(*, node: Node, hostname: str, address: str, agent_version: str, gpus: Sequence[GpuReport]) -> Node:
     """Record a (re)starting agent's inventory and mark the node up (a draining node stays draining).
 
     A registration means the agent lost track of its processes, so every task the portal believed was running
@@ -117,8 +118,13 @@ def node_register(
         node.gpus.filter(index=report.index, present=True).exclude(uuid=report.uuid).update(present=False)
         Gpu.objects.update_or_create(
             uuid=report.uuid,
-            defaults={"node": node, "index": report.index, "model": report.model[:100],
-                      "memory_mb": max(0, report.memory_mb), "present": True},
+            defaults={
+                "node": node,
+                "index": report.index,
+                "model": report.model[:100],
+                "memory_mb": max(0, report.memory_mb),
+                "present": True,
+            },
         )
     stale = JobTask.objects.filter(node=node, state__in=LIVE_TASK_STATES).order_by("job_id")
     _lose_tasks(list(stale), actor=f"agent:{node.name}", reason=f"agent on {node.name} restarted")
@@ -172,6 +178,11 @@ def _apply_report(node: Node, task: JobTask | None, report: TaskReport, reply: H
         elif task.state == TaskState.ASSIGNED:
             task.state, task.pid, task.started_at = TaskState.RUNNING, report.pid, timezone.now()
             task.save(update_fields=["state", "pid", "started_at"])
+        if task.checkpoint_requested_at is not None and task.checkpoint_signalled_at is None:
+            # Delivered once: the job's own handler decides what a checkpoint means.
+            reply.signal.append({"job": report.job, "attempt": report.attempt, "signal": CHECKPOINT_SIGNAL})
+            task.checkpoint_signalled_at = timezone.now()
+            task.save(update_fields=["checkpoint_signalled_at"])
     elif report.state in ("exited", "failed_to_start"):
         if not finished_here:
             exit_code = report.exit_code if report.state == "exited" else None
@@ -199,9 +210,10 @@ def node_heartbeat(*, node: Node, reports: Sequence[TaskReport]) -> HeartbeatRep
     if node.state == NodeState.DOWN:
         Node.objects.filter(pk=node.pk).update(state=NodeState.UP, state_reason="")
     reported = {r.key: r for r in reports}
-    job_ids = sorted({r.job for r in reports} | set(
-        JobTask.objects.filter(node=node, state__in=LIVE_TASK_STATES).values_list("job_id", flat=True)
-    ))
+    job_ids = sorted(
+        {r.job for r in reports}
+        | set(JobTask.objects.filter(node=node, state__in=LIVE_TASK_STATES).values_list("job_id", flat=True))
+    )
     jobs = {j.pk: j for j in Job.objects.select_for_update().filter(pk__in=job_ids).order_by("pk")}
     tasks = {
         (t.job_id, t.attempt, t.rank): t

@@ -73,7 +73,7 @@ def _job_context(job: Job) -> dict[str, object]:
     tasks = [t for t in job.tasks.select_related("node").order_by("rank") if t.attempt == job.attempt]
     return {
         "job": job,
-        "tasks": tasks if job.state == "running" else [],
+        "tasks": tasks if job.state != "pending" else [],
         "events": list(job.events.all()),
         "terminal": job.state in {s.value for s in TERMINAL},
     }

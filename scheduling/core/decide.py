@@ -8,7 +8,6 @@ round (a policy *name* builds a fresh, history-free one each call).
 
 from __future__ import annotations
 
-
 from scheduling.core.engine import needs_preemptive_walk, run_round
 from scheduling.core.model import Decision, JobState, Snapshot
 from scheduling.core.placement import PlacementModel, resolve_placement

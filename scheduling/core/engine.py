@@ -16,8 +16,9 @@ Two walks:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 
 from scheduling.core.model import JobId, JobState, JobView, Placement, TenantLimits, Wait, WaitReason
 from scheduling.core.placement import PlacementModel
@@ -65,7 +66,7 @@ _DETAILS: dict[WaitReason, str] = {
 
 def run_round(
     *,
-    ordered: Sequence[JobView],
+    ordered: Iterable[JobView],
     running: Sequence[JobView],
     pool: FreePool,
     placement: PlacementModel,
@@ -97,7 +98,7 @@ def needs_preemptive_walk(policy: Policy) -> bool:
 
 
 def _plain_walk(
-    ordered: Sequence[JobView],
+    ordered: Iterable[JobView],
     pool: FreePool,
     ledger: Ledger,
     placement: PlacementModel,
@@ -151,7 +152,7 @@ def _plain_walk(
 
 
 def _preemptive_walk(
-    ordered: Sequence[JobView],
+    ordered: Iterable[JobView],
     running: Sequence[JobView],
     pool: FreePool,
     ledger: Ledger,
@@ -164,6 +165,7 @@ def _preemptive_walk(
 ) -> None:
     waiting, start = result.waiting, result.start
     waits = _Waits()
+    ordered = ordered if isinstance(ordered, list) else list(ordered)  # walked more than once below
 
     # 1. Running jobs that keep their GPUs whatever happens: inside their minimum quantum, on nodes outside the
     #    pool (their GPUs could not be reused), or, under a non-preemptive policy with the quota layer, jobs that
@@ -209,7 +211,8 @@ def _preemptive_walk(
     wanted_pending: list[JobView] = []
     kept: set[JobId] = set()
     not_wanted: list[JobView] = []
-    for job in candidates:
+    stop = len(candidates)
+    for pos, job in enumerate(candidates):
         cap = ledger.cap_wait(job)
         is_running = job.state == _RUNNING
         if cap is None and job.gpus <= budget:
@@ -225,6 +228,7 @@ def _preemptive_walk(
             elif explain or budget:
                 not_wanted.append(job)
         if not explain and budget == 0:
+            stop = pos + 1  # the rest is only needed if a placement fails and leaves GPUs idle (step 6)
             break
 
     # 3. Preempt running jobs that were not kept (the walk may have stopped early: those are not kept either).
@@ -253,10 +257,13 @@ def _preemptive_walk(
             result.preempt.append(job)
             waiting[job.id] = waits.get(WaitReason.PREEMPTED, job.gpus, 0)
 
-    # 6. Backfill GPUs that are still idle with jobs the walk passed over.
+    # 6. Backfill GPUs that are still idle with jobs the walk passed over (or never reached, if it stopped early).
     free_at_start = capacity
     no_nodes = pool.empty
-    for job in not_wanted:
+    passed_over = chain(not_wanted, (job for job in candidates[stop:] if job.state != _RUNNING))
+    for job in passed_over:
+        if not explain and pool.total_free == 0:
+            break
         need = job.gpus
         slots = None
         if need <= pool.total_free and ledger.cap_wait(job) is None:

@@ -82,7 +82,7 @@ def _consolidated(pool: FreePool, need: int) -> list[GpuSlot] | None:
     if remaining:
         taken = set(chosen)
         for k in range(remaining, pool.max_capacity + 1):
-            tail = next((i for i in pool.buckets[k] if i not in taken), None)
+            tail = min((i for i in pool.buckets[k] if i not in taken), default=None)
             if tail is not None:
                 break
         if tail is None:

@@ -19,8 +19,9 @@ from scheduling.core.model import GpuSlot, NodeView
 class FreePool:
     """Free GPU ids per node, with nodes bucketed by how many GPUs they have free.
 
-    Iteration order inside a bucket is insertion order (a dict used as an ordered set), which keeps every
-    placement deterministic for a given input without sorting.
+    Ties between equally free nodes go to the node listed first, so a placement depends only on which GPUs are
+    free now, never on the order in which they were freed: the simulator's long-lived pool and ``decide``'s fresh
+    one always agree.
     """
 
     __slots__ = ("names", "racks", "capacity", "free", "buckets", "total_free", "max_capacity", "index")
@@ -82,17 +83,16 @@ class FreePool:
         for k in range(need, self.max_capacity + 1):
             bucket = buckets[k]
             if bucket:
-                return next(iter(bucket))
+                return min(bucket)
         return None
 
     def whole_free_nodes(self) -> list[int]:
         """Nodes with every GPU free, largest first (stable within a size)."""
-        out = [i for k in range(self.max_capacity, 0, -1) for i in self.buckets[k] if self.capacity[i] == k]
-        return out
+        return [i for k in range(self.max_capacity, 0, -1) for i in sorted(self.buckets[k]) if self.capacity[i] == k]
 
     def nodes_by_free_desc(self) -> list[int]:
         """Nodes that have any free GPU, most free first."""
-        return [i for k in range(self.max_capacity, 0, -1) for i in self.buckets[k]]
+        return [i for k in range(self.max_capacity, 0, -1) for i in sorted(self.buckets[k])]
 
     def take(self, node: int, count: int) -> list[GpuSlot]:
         """Remove ``count`` GPUs (lowest ids first) from ``node`` and return them as slots."""

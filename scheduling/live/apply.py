@@ -46,7 +46,10 @@ def _start(placement: Placement, live: LiveSnapshot) -> bool:
                     Allocation(job=job, attempt=job.attempt, gpu_id=g, node=node, rank=rank) for g in gpu_ids
                 )
                 JobTask.objects.create(
-                    job=job, attempt=job.attempt, rank=rank, node=node,
+                    job=job,
+                    attempt=job.attempt,
+                    rank=rank,
+                    node=node,
                     gpu_indices=sorted(live.gpu_index[g] for g in gpu_ids),
                 )
             where = "; ".join(

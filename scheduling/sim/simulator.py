@@ -18,6 +18,7 @@ from bisect import bisect_left, insort
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from operator import attrgetter
+from typing import Protocol
 
 from scheduling.core.engine import needs_preemptive_walk, run_round
 from scheduling.core.model import FinishedJob, GpuSlot, JobState, JobView, TenantLimits
@@ -93,6 +94,16 @@ class SimResult:
         return sum(o.preemptions for o in self.outcomes)
 
 
+class SimObserver(Protocol):
+    """Optional hooks for tests and debugging: every GPU hand-out and hand-back, and the state after each round."""
+
+    def started(self, job_id: str, slots: tuple[GpuSlot, ...], now: float) -> None: ...
+
+    def stopped(self, job_id: str, slots: tuple[GpuSlot, ...], now: float, *, finished: bool) -> None: ...
+
+    def round_done(self, now: float, free_gpus: int, waiting: Sequence[JobView]) -> None: ...
+
+
 class SimulationStuck(RuntimeError):
     """Jobs are waiting but nothing is running and no event is left: a policy or placement bug."""
 
@@ -154,6 +165,7 @@ def simulate(
     overhead: PreemptionCost | None = None,
     tenants: Mapping[str, TenantLimits] | None = None,
     progress: Callable[[int], None] | None = None,
+    observer: SimObserver | None = None,
 ) -> SimResult:
     """Replay ``trace`` under ``policy`` on ``cluster`` and return every job's outcome.
 
@@ -168,6 +180,7 @@ def simulate(
         overhead or PreemptionCost(),
         dict(tenants or {}),
         progress,
+        observer,
     ).run()
 
 
@@ -198,7 +211,9 @@ class _Simulation:
         overhead: PreemptionCost,
         tenants: dict[str, TenantLimits],
         progress: Callable[[int], None] | None,
+        observer: SimObserver | None = None,
     ) -> None:
+        self.observer = observer
         self.policy = policy
         self.cluster = cluster
         self.placement = placement
@@ -225,6 +240,7 @@ class _Simulation:
         self.clock = _Clock()
         self.rounds = 0
         self.seen_version = getattr(policy, "version", 0)
+        self.arrived: set[int] = set()  # only tracked for an observer
 
     def _can_ever_run(self, t: TraceJob) -> bool:
         if t.gpus < 1 or t.gpus > self.cluster.total_gpus:
@@ -258,6 +274,9 @@ class _Simulation:
                     job.key_expiry = -math.inf
                     self.dirty = True
             self._round(now)
+            if self.observer is not None:
+                waiting = [j.view for j in self.jobs if j.view.state == JobState.PENDING and j.index in self.arrived]
+                self.observer.round_done(now, self.pool.total_free, waiting)
             self.clock.record(now, self.cluster.total_gpus - self.pool.total_free, self.waiting)
         if self.waiting:
             raise SimulationStuck(f"{self.waiting} jobs still waiting with nothing running under {self.policy.name}")
@@ -274,6 +293,8 @@ class _Simulation:
 
     def _arrive(self, job: _Job, now: float) -> None:
         self.waiting += 1
+        if self.observer is not None:
+            self.arrived.add(job.index)
         if self.preemptive_walk:
             self.active.append(job)
             self.dirty = True
@@ -284,6 +305,9 @@ class _Simulation:
     def _finish(self, job: _Job, now: float) -> None:
         view = job.view
         self.pool.give(view.allocation)
+        if self.observer is not None:
+            self.observer.stopped(job.trace.job_id, view.allocation, now, finished=True)
+            self.arrived.discard(job.index)
         del self.running[job.index]
         if self.preemptive_walk:
             self.active.remove(job)
@@ -292,9 +316,19 @@ class _Simulation:
         t = job.trace
         assert job.first_start is not None
         self.outcomes.append(
-            JobOutcome(t.job_id, t.tenant, t.user, t.gpus, t.submit_time, job.first_start, now, t.duration, job.held,
-                       job.preemptions)
-        )  # fmt: skip
+            JobOutcome(
+                t.job_id,
+                t.tenant,
+                t.user,
+                t.gpus,
+                t.submit_time,
+                job.first_start,
+                now,
+                t.duration,
+                job.held,
+                job.preemptions,
+            )
+        )
         self.policy.observe_finished(
             FinishedJob(
                 id=view.id,
@@ -344,19 +378,25 @@ class _Simulation:
         everything = version != self.seen_version
         self.seen_version = version
         dirty = self.dirty
+        rekey = self._rekey
         for job in self.active:
             if everything or job.key_expiry <= now:
-                view = job.view
-                job.sort_key = (policy.key(view, now), job.index)
-                expiry = policy.key_expiry(view, now)
-                job.key_expiry = expiry
-                if now < expiry < job.wake:
-                    job.wake = expiry
-                    self._push(expiry, _WAKE, job, 0)
+                rekey(job, now)
                 dirty = True
         if dirty:
             self.active.sort(key=_by_sort_key)
             self.dirty = False
+
+    def _rekey(self, job: _Job, now: float) -> None:
+        """Recompute a job's priority and wake up when it next changes (a queue threshold crossed, a starvation
+        limit reached) so a preemptive policy reacts at that instant, not at the next arrival."""
+        view = job.view
+        job.sort_key = (self.policy.key(view, now), job.index)
+        expiry = self.policy.key_expiry(view, now)
+        job.key_expiry = expiry
+        if now < expiry < job.wake:
+            job.wake = expiry
+            self._push(expiry, _WAKE, job, 0)
 
     def _start(self, job: _Job, slots: tuple[GpuSlot, ...], now: float) -> None:
         if job.preemptions:
@@ -368,9 +408,11 @@ class _Simulation:
         job.view = replace(job.view, state=JobState.RUNNING, allocation=slots, last_started=now, service_at=now)
         self.running[job.index] = job
         self.waiting -= 1
+        if self.observer is not None:
+            self.observer.started(job.trace.job_id, slots, now)
         self._push(now + job.remaining, _FINISH, job, job.token)
         if self.preemptive_walk:
-            job.key_expiry = -math.inf
+            self._rekey(job, now)
             self.dirty = True
             quantum = self.policy.min_quantum
             if quantum > 0 and now + quantum < job.wake:
@@ -386,6 +428,8 @@ class _Simulation:
         job.token += 1  # its completion event is void now
         job.preemptions += 1
         view = job.view
+        if self.observer is not None:
+            self.observer.stopped(job.trace.job_id, view.allocation, now, finished=False)
         job.view = replace(
             view,
             state=JobState.PENDING,
@@ -397,7 +441,7 @@ class _Simulation:
         )
         del self.running[job.index]
         self.waiting += 1
-        job.key_expiry = -math.inf
+        self._rekey(job, now)
         self.dirty = True
         if not self.preemptive_walk:  # pragma: no cover - only preemptive walks preempt
             insort(self.pending, (self.policy.key(job.view, now), job.index, job))

@@ -28,6 +28,7 @@ TOKEN = "node-secret"
 class FakePortal:
     def __init__(self) -> None:
         self.lock = threading.Lock()
+        self.token = TOKEN
         self.port = 0
         self.heartbeat_interval = 0.05
         self.sample_interval = 0.1
@@ -43,6 +44,7 @@ class FakePortal:
         self.reports: dict[str, list[dict[str, Any]]] = {}
         self.lose_next_chunk: set[str] = set()
         self.register_again = False
+        self.register_again_status = 409
         self._server: ThreadingHTTPServer | None = None
 
     # --- control -----------------------------------------------------------------------------------------------
@@ -121,7 +123,7 @@ class FakePortal:
                 }
             if path == "/api/v1/agent/heartbeat/":
                 if self.register_again:
-                    return 409, {"detail": "register again"}
+                    return self.register_again_status, {"detail": "register again"}
                 return 200, self._heartbeat(body)
             if path == "/api/v1/agent/samples/":
                 self.sample_posts.append(body)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import signal
 
+import pytest
+
 from agent.client import TaskKey
 
 
@@ -119,7 +121,9 @@ def test_starts_before_the_portal_is_up(portal, make_agent, step_until) -> None:
     assert len(portal.registrations) == 1
 
 
-def test_register_again_stops_the_requeued_tasks_and_registers(portal, make_agent, step_until) -> None:
+@pytest.mark.parametrize("status", [401, 409])
+def test_register_again_stops_the_requeued_tasks_and_registers(status, portal, make_agent, step_until) -> None:
+    portal.register_again_status = status
     agent = make_agent(portal.url)
     portal.add_task(12, "echo ready; sleep 30")
     step_until(agent, lambda: "ready" in portal.log(12))
@@ -133,6 +137,10 @@ def test_register_again_stops_the_requeued_tasks_and_registers(portal, make_agen
         pass
     else:
         raise AssertionError("a task the portal requeued was left running")
+    # The requeued attempt must never run again here, even if a stale start order for it arrives.
+    portal.sticky_start = True
+    agent.step()
+    assert not agent.runner.tasks
 
 
 def test_a_rejected_token_is_retried_not_fatal(portal, make_agent) -> None:

@@ -193,6 +193,15 @@ def test_log_reads_are_bounded_and_split_on_character_boundaries(runner: Runner)
     assert 3 + len(rest.text.encode()) == rest.size == 10
 
 
+def test_a_job_cannot_make_the_agent_read_another_file_as_its_log(runner: Runner, tmp_path: Path) -> None:
+    secret = tmp_path / "secret"
+    secret.write_text("SECRET\n")
+    task = runner.start(order(1, f"echo real; rm output.log; ln -s {secret} output.log"))
+    wait_exit(runner, task)
+    assert task.log_path.is_symlink()
+    assert runner.read_log(task, 0).text == "real\n"
+
+
 def test_terminate_all_stops_everything_within_grace(runner: Runner) -> None:
     polite = runner.start(order(1, "echo ready; sleep 30"))
     stubborn = runner.start(order(2, "trap '' TERM; echo ready; while :; do sleep 0.02; done"))

@@ -12,15 +12,13 @@ from telemetry.probe import SimulatedProbe
 from telemetry.probe.simulated import XidFault
 from telemetry.sample import GpuSample, XidEvent
 
-from .conftest import TOKEN
-
 
 @pytest.fixture
 def shipper_for(portal):
     clients: list[PortalClient] = []
 
     def make(probe: SimulatedProbe, **kwargs) -> TelemetryShipper:
-        client = PortalClient(portal.url, lambda: TOKEN, timeout=2.0)
+        client = PortalClient(portal.url, lambda: portal.token, timeout=2.0)
         clients.append(client)
         ticks = itertools.count(1_700_000_000, 10)
         return TelemetryShipper(ProbeGate(probe), client, wall_clock=lambda: float(next(ticks)), **kwargs)

@@ -8,28 +8,33 @@ see a stable state; log output is written with the same service the agent heartb
 from __future__ import annotations
 
 import json
+import re
 import stat
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
-from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractUser
 from django.db import transaction
 from rest_framework.authtoken.models import Token
 from typer.testing import Result
 
+from portal import celery_app
 from portal.jobs.models import Job
 from portal.jobs.services import job_cancel, job_log_append, job_submit
-from portal.nodes.models import Gpu, Node, NodeState
-from portal.tenants.models import Membership, Tenant
+from portal.nodes.models import Gpu, NodeState
+from portal.nodes.services import node_token_issue
+from portal.tenants.models import Tenant
 from tests.cli.conftest import Invoke
+from tests.factories import MembershipFactory, NodeFactory, TenantFactory, UserFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-PASSWORD = "correct horse battery staple"
+PASSWORD = "pw"  # what tests.factories.UserFactory sets
 
 
 @dataclass
@@ -40,15 +45,20 @@ class Portal:
 
 
 @pytest.fixture
-def portal(live_server: object) -> Portal:
-    """A tenant ``vision`` with member ``alice`` and one down node with two GPUs (so jobs fit but stay pending)."""
-    alice = get_user_model().objects.create_user("alice", password=PASSWORD)
-    tenant = Tenant.objects.create(slug="vision", name="Vision lab")
-    Membership.objects.create(user=alice, tenant=tenant)
-    node = Node.objects.create(name="gpu-01", state=NodeState.DOWN, state_reason="no heartbeat")
+def portal(live_server: Any, monkeypatch: pytest.MonkeyPatch) -> Portal:
+    """A tenant ``vision`` with member ``alice`` and one down node with two GPUs (so jobs fit but stay pending).
+
+    Celery runs eagerly: the scheduling round a submit or cancel queues then runs inside the portal, for real,
+    instead of needing a broker and a worker that these tests do not start.
+    """
+    monkeypatch.setitem(celery_app.conf, "task_always_eager", True)
+    alice = UserFactory(username="alice")
+    tenant = TenantFactory(slug="vision", name="Vision lab")
+    MembershipFactory(user=alice, tenant=tenant)
+    node = NodeFactory(name="gpu-01", state=NodeState.DOWN, state_reason="no heartbeat")
     for index in range(2):
         Gpu.objects.create(node=node, index=index, uuid=f"GPU-{index}", model="NVIDIA H100", memory_mb=81559)
-    return Portal(url=live_server.url, alice=alice, tenant=tenant)  # type: ignore[attr-defined]
+    return Portal(url=live_server.url, alice=alice, tenant=tenant)
 
 
 @pytest.fixture
@@ -200,8 +210,8 @@ def test_unknown_job_is_not_found(corral: Invoke, logged_in: Portal, command: st
 
 
 def test_another_tenants_job_is_not_found(corral: Invoke, logged_in: Portal) -> None:
-    bob = get_user_model().objects.create_user("bob", password=PASSWORD)
-    Membership.objects.create(user=bob, tenant=Tenant.objects.create(slug="nlp", name="NLP"))
+    bob = UserFactory(username="bob")
+    MembershipFactory(user=bob, tenant=TenantFactory(slug="nlp"))
     theirs = job_submit(user=bob, command="python secret.py", gpus=1)
     assert one_error_line(corral("show", str(theirs.pk))) == f"error: job {theirs.pk} not found"
     assert json.loads(corral("jobs", "--json").stdout) == []
@@ -255,3 +265,88 @@ def test_nodes(corral: Invoke, logged_in: Portal) -> None:
     assert "gpu-01" not in second and "free" in second
     nodes = json.loads(corral("nodes", "--json").stdout)
     assert [(n["name"], len(n["gpus"])) for n in nodes] == [("gpu-01", 2)]
+
+
+# -- a running job, driven through the agent API -----------------------------------------------------------------
+
+
+class FakeAgent:
+    """Plays a node agent over the real agent API (``docs/agent-protocol.md``), so a job can run, write output and
+    exit without a process on a GPU node: the portal cannot tell the difference."""
+
+    def __init__(self, url: str, name: str, gpus: int) -> None:
+        _, token = node_token_issue(name=name)
+        self.http = httpx.Client(base_url=url, headers={"Authorization": f"Node {token}"}, timeout=10)
+        inventory = [
+            {"index": i, "uuid": f"GPU-{name}-{i}", "model": "NVIDIA A100", "memory_mb": 40960} for i in range(gpus)
+        ]
+        self._post("/api/v1/agent/register/", {"hostname": name, "address": "127.0.0.1", "gpus": inventory})
+
+    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        response = self.http.post(path, json=body)
+        response.raise_for_status()
+        return response.json()
+
+    def heartbeat(self, *tasks: dict[str, Any]) -> dict[str, Any]:
+        return self._post("/api/v1/agent/heartbeat/", {"tasks": list(tasks)})
+
+    def start(self, job_id: int) -> dict[str, Any]:
+        """Take the start order for ``job_id`` and report its process running; returns the order."""
+        order = next(o for o in self.heartbeat()["start"] if o["job"] == job_id)
+        self.heartbeat(self.report(order, "running"))
+        return order
+
+    @staticmethod
+    def report(order: dict[str, Any], state: str, **fields: Any) -> dict[str, Any]:
+        return {
+            "job": order["job"],
+            "attempt": order["attempt"],
+            "rank": order["rank"],
+            "state": state,
+            "pid": 4242,
+            **fields,
+        }
+
+
+def test_running_job_is_shown_with_its_placement_and_followed_to_its_exit(corral: Invoke, logged_in: Portal) -> None:
+    agent = FakeAgent(logged_in.url, "gpu-up", gpus=2)
+    job_id = submit(corral, "--gpus", "2", "--", "python", "train.py")
+    order = agent.start(job_id)
+    assert order["gpus"] == [0, 1]
+
+    detail = corral("show", str(job_id))
+    assert "running" in detail.stdout and "gpu-up  GPUs 0, 1" in detail.stdout
+    row = next(line for line in corral("jobs").stdout.splitlines() if line.lstrip().startswith(str(job_id)))
+    assert "running" in row and "gpu-up  GPUs 0, 1" in row
+    allocated = [line for line in corral("nodes").stdout.splitlines() if "allocated" in line]
+    assert len(allocated) == 2 and all(line.rstrip().endswith(str(job_id)) for line in allocated)
+
+    outcome: list[Result] = []
+    follower = threading.Thread(target=lambda: outcome.append(corral("logs", "-f", "--interval", "0.1", str(job_id))))
+    follower.start()
+    time.sleep(0.3)
+    agent.heartbeat(agent.report(order, "running", log_offset=0, log="epoch 1\n", log_size=8))
+    time.sleep(0.3)
+    agent.heartbeat(agent.report(order, "exited", exit_code=3, log_offset=8, log="boom\n", log_size=13))
+    follower.join(timeout=15)
+    assert not follower.is_alive(), "logs -f did not stop after the job ended"
+    assert (outcome[0].exit_code, outcome[0].stdout) == (0, "epoch 1\nboom\n")
+    assert outcome[0].stderr.strip() == f"job {job_id} failed (exit code 3)"
+
+    detail = corral("show", str(job_id)).stdout
+    assert re.search(r"State\s+failed", detail) and re.search(r"Exit code\s+3", detail)
+    assert "rank 0: exit code 3" in detail  # the event that says why
+
+
+def test_cancel_a_running_job(corral: Invoke, logged_in: Portal) -> None:
+    agent = FakeAgent(logged_in.url, "gpu-up", gpus=2)
+    job_id = submit(corral, "--", "sleep", "600")
+    order = agent.start(job_id)
+
+    result = corral("cancel", str(job_id))
+    assert result.stdout.strip() == f"Cancel requested for job {job_id} (running); its node is stopping it."
+    assert "running (cancel requested)" in corral("show", str(job_id)).stdout
+    assert [k["job"] for k in agent.heartbeat(agent.report(order, "running"))["kill"]] == [job_id]
+
+    agent.heartbeat(agent.report(order, "exited", exit_code=-15))
+    assert json.loads(corral("show", str(job_id), "--json").stdout)["state"] == "cancelled"

@@ -63,6 +63,14 @@ def test_bad_config_file(corral: Invoke, config_file: Path) -> None:
     assert line == f"error: config file {config_file} is not valid JSON (line 1, column 2); fix it or delete it"
 
 
+def test_malformed_url_is_a_usage_error(corral: Invoke, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CORRAL_URL", "http://[::1")
+    monkeypatch.setenv("CORRAL_TOKEN", "t0k")
+    result = corral("jobs")
+    assert one_error_line(result).startswith("error: bad portal URL 'http://[::1'")
+    assert result.exit_code == 2
+
+
 def test_server_error(corral: Invoke, config_file: Path, stub_portal: tuple[str, Canned]) -> None:
     url, canned = stub_portal
     canned.routes["POST /api/v1/jobs/"] = (500, "text/html", "<h1>Server Error (500)</h1>")
@@ -147,3 +155,6 @@ def test_pagination_is_followed_up_to_the_limit(
     assert canned.seen[1][1] == "/api/v1/jobs/page2/"  # the portal's ``next`` link is followed as given
     limited = corral("jobs", "--json", "--limit", "2")
     assert [j["id"] for j in json.loads(limited.stdout)] == [3, 2]
+    table = corral("jobs", "--limit", "2")
+    assert [line.split()[0] for line in table.stdout.splitlines()] == ["ID", "3", "2"]
+    assert table.stderr.strip() == "(the newest 2 jobs; --limit shows more)"

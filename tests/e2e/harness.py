@@ -46,6 +46,7 @@ AGENT_GRACE = 2.0
 START_TIMEOUT = 45.0
 STOP_TIMEOUT = 10.0
 LOG_TAIL_LINES = 80
+ROUTINE = re.compile(r"httpx: HTTP Request: .* 200 OK")
 
 
 def skip_reason() -> str | None:
@@ -98,7 +99,9 @@ class Proc:
             return ""
 
     def tail(self, lines: int = LOG_TAIL_LINES) -> str:
-        return "\n".join(self.output().splitlines()[-lines:])
+        """The last lines of output, less the agents' routine "HTTP Request ... 200 OK" lines (4 a second)."""
+        kept = [line for line in self.output().splitlines() if not ROUTINE.search(line)]
+        return "\n".join(kept[-lines:])
 
     def kill_hard(self) -> None:
         """SIGKILL, as if the machine died: no clean-up, no goodbye to the portal."""

@@ -23,7 +23,8 @@ def submit(api: httpx.Client, command: str, *, gpus: int = 1, name: str = "") ->
     response = api.post("/api/v1/jobs/", json={"name": name, "command": command, "gpus": gpus, "tenant": "demo"})
     assert response.status_code == 201, response.text
     job = response.json()
-    assert job["state"] == "pending", job
+    # The worker may place it before the response is rendered (the round is queued on commit).
+    assert job["state"] in {"pending", "running"}, job
     return job
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+
 from scheduling.core.model import FinishedJob, JobView
 
 #: A sort key: smaller runs first. Tuples of numbers so keys compare without custom ``__lt__`` calls.

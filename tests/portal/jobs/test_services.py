@@ -13,7 +13,7 @@ from portal.jobs.services import job_cancel, job_submit, job_transition
 from portal.tenants.models import Quota
 from scheduling.core.states import InvalidTransition, JobState
 from scheduling.live.round import scheduling_round
-from tests.portal.conftest import World
+from tests.fixtures import World
 
 
 def test_submit_queues_a_pending_job_with_an_event(world: World) -> None:

@@ -26,9 +26,7 @@ def started(decision: Decision) -> dict:
 
 
 def test_exports_name_every_policy_and_placement():
-    assert {"fifo", "fifo-backfill", "srtf", "srsf", "sjf", "tiresias-las", "tiresias-gittins", "qssf"} <= set(
-        POLICIES
-    )
+    assert {"fifo", "fifo-backfill", "srtf", "srsf", "sjf", "tiresias-las", "tiresias-gittins", "qssf"} <= set(POLICIES)
     assert set(PLACEMENTS) == {"count", "consolidate", "topology"}
 
 

@@ -36,8 +36,9 @@ class Command(BaseCommand):
         if settings.PRODUCTION:
             raise CommandError("seed_demo creates well-known passwords; it refuses to run with CORRAL_PRODUCTION=1")
         user_model = get_user_model()
-        admin, created = user_model.objects.get_or_create(username="admin", defaults={"is_staff": True,
-                                                                                      "is_superuser": True})
+        admin, created = user_model.objects.get_or_create(
+            username="admin", defaults={"is_staff": True, "is_superuser": True}
+        )
         if created:
             admin.set_password("admin")
             admin.save()
@@ -50,8 +51,9 @@ class Command(BaseCommand):
                 user.set_password(password)
                 user.save()
             Membership.objects.get_or_create(user=user, tenant=Tenant.objects.get(slug=slug), defaults={"role": role})
-        Membership.objects.get_or_create(user=admin, tenant=Tenant.objects.get(slug="demo"),
-                                         defaults={"role": Role.ADMIN})
+        Membership.objects.get_or_create(
+            user=admin, tenant=Tenant.objects.get(slug="demo"), defaults={"role": Role.ADMIN}
+        )
         directory = Path(token_dir) if token_dir else settings.DATA_DIR / "agents"
         directory.mkdir(parents=True, exist_ok=True)
         for node_name in nodes:
@@ -61,6 +63,8 @@ class Command(BaseCommand):
             _, token = node_token_issue(name=node_name)
             path.write_text(token + "\n")
             path.chmod(0o600)
-        self.stdout.write(self.style.SUCCESS(
-            "Demo ready: log in as demo/demo (member of 'demo'), alice/alice (admin of 'vision'), admin/admin (staff)."
-        ))
+        self.stdout.write(
+            self.style.SUCCESS(
+                "Demo ready: log in as demo/demo (member of 'demo'), alice/alice (admin of 'vision'), admin/admin (staff)."
+            )
+        )

@@ -1,4 +1,7 @@
-"""Fixtures for portal tests: a small registered cluster and members of two tenants."""
+"""Shared fixtures for database tests: a small registered cluster and members of two tenants.
+
+Loaded for the whole suite by ``tests/conftest.py``.
+"""
 
 from __future__ import annotations
 
@@ -29,7 +32,10 @@ class World:
 def register_node(name: str, gpus: int = 4) -> tuple[Node, str]:
     node, token = node_token_issue(name=name)
     node = node_register(
-        node=node, hostname=name, address="127.0.0.1", agent_version="test",
+        node=node,
+        hostname=name,
+        address="127.0.0.1",
+        agent_version="test",
         gpus=[GpuReport(index=i, uuid=f"GPU-{name}-{i}", model="Fake", memory_mb=1000) for i in range(gpus)],
     )
     return node, token

@@ -1,0 +1,146 @@
+"""``corral simulate``: replay a trace under one or more policies and compare them.
+
+The command line and the ``--json`` shape are a stable interface: benchmarks and the portal's what-if page build
+on them. Heavy imports (numpy, plotly) happen inside the command so other ``corral`` commands start fast.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+PROGRESS_MIN_JOBS = 5000  # below this a run takes about a second: no bar
+
+
+class PlacementName(StrEnum):
+    count = "count"
+    consolidate = "consolidate"
+    topology = "topology"
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``simulate`` command to the ``corral`` app."""
+    app.command("simulate")(simulate_command)
+
+
+def simulate_command(
+    trace: Annotated[
+        Path,
+        typer.Option(
+            "--trace", help="CSV or CSV.gz trace in the shared schema.", exists=True, dir_okay=False, readable=True
+        ),
+    ],
+    policy: Annotated[list[str], typer.Option("--policy", help="Policy name; repeat it, or 'all'.")],
+    nodes: Annotated[int, typer.Option("--nodes", min=1, help="Nodes in the simulated cluster.")],
+    gpus_per_node: Annotated[int, typer.Option("--gpus-per-node", min=1, help="GPUs per node.")],
+    placement: Annotated[PlacementName, typer.Option("--placement", help="Where jobs go.")] = PlacementName.count,
+    racks: Annotated[int, typer.Option("--racks", min=1, help="Racks the nodes are spread over.")] = 1,
+    preemption_overhead: Annotated[
+        str, typer.Option("--preemption-overhead", help="Seconds per resumption, or 'helios' (7/30/60 s by size).")
+    ] = "0",
+    as_json: Annotated[bool, typer.Option("--json", help="Print the stable JSON summary.")] = False,
+    report: Annotated[Path | None, typer.Option("--report", help="Write a self-contained HTML report here.")] = None,
+) -> None:
+    """Replay a job trace through the scheduling core under each policy and compare JCT, queueing and usage."""
+    from scheduling.core.policies import POLICIES
+    from scheduling.core.preemption import PreemptionCost
+    from scheduling.sim.trace import TraceError, read_trace
+
+    names = _policy_names(policy, list(POLICIES))
+    try:
+        overhead = PreemptionCost.parse(preemption_overhead)
+    except ValueError:
+        raise typer.BadParameter("a number of seconds >= 0 or 'helios'", param_hint="--preemption-overhead") from None
+    try:
+        jobs = read_trace(trace)
+    except (TraceError, OSError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    runs = _run_all(jobs, names, nodes, gpus_per_node, racks, placement.value, overhead)
+    if as_json:
+        typer.echo(json.dumps({"policies": {r.metrics.policy: r.metrics.summary() for r in runs}}, indent=2))
+    else:
+        _print_table(runs)
+    if report is not None:
+        from scheduling.sim.report import render_report
+
+        title = f"{trace.name} on {nodes} x {gpus_per_node} GPUs ({placement.value} placement)"
+        report.write_text(render_report(runs, title=title), encoding="utf-8")
+        typer.echo(f"report written to {report}", err=True)
+
+
+def _policy_names(requested: list[str], known: list[str]) -> list[str]:
+    if any(p == "all" for p in requested):
+        return known
+    bad = [p for p in requested if p.removesuffix("+quota") not in known]
+    if bad:
+        raise typer.BadParameter(
+            f"unknown {', '.join(bad)}; choose from {', '.join(known)} or all", param_hint="--policy"
+        )
+    return list(dict.fromkeys(requested))
+
+
+def _run_all(jobs, names, nodes, gpus_per_node, racks, placement, overhead):  # type: ignore[no-untyped-def]
+    from tqdm import tqdm
+
+    from scheduling.sim.metrics import measure
+    from scheduling.sim.report import Run
+    from scheduling.sim.simulator import Cluster, simulate
+
+    cluster = Cluster(nodes, gpus_per_node, racks)
+    runs = []
+    for name in names:
+        show = len(jobs) >= PROGRESS_MIN_JOBS
+        with tqdm(total=len(jobs), desc=name, unit="job", disable=None if show else True, file=sys.stderr) as bar:
+            result = simulate(jobs, name, cluster=cluster, placement=placement, overhead=overhead, progress=bar.update)
+        runs.append(Run(result, measure(result)))
+    return runs
+
+
+def _print_table(runs) -> None:  # type: ignore[no-untyped-def]
+    from rich.console import Console
+    from rich.table import Table
+
+    baseline = next((r.metrics.avg_jct for r in runs if r.metrics.policy == "srsf"), None)
+    table = Table(title="Simulated policies (times in hours)")
+    for col in (
+        "policy",
+        "avg JCT",
+        "vs srsf",
+        "median",
+        "p95",
+        "p99",
+        "avg queue",
+        "makespan (d)",
+        "util",
+        "preempt",
+        "fairness",
+    ):
+        table.add_column(col, justify="right")
+    for r in runs:
+        m = r.metrics
+        table.add_row(
+            m.policy + (" (oracle)" if m.clairvoyant else ""),
+            f"{m.avg_jct / 3600:.2f}",
+            f"{m.avg_jct / baseline:.3f}x" if baseline else "-",
+            f"{m.median_jct / 3600:.2f}",
+            f"{m.p95_jct / 3600:.2f}",
+            f"{m.p99_jct / 3600:.2f}",
+            f"{m.avg_queue / 3600:.2f}",
+            f"{m.makespan / 86400:.2f}",
+            f"{100 * m.utilization:.0f}%",
+            str(m.preemptions),
+            f"{m.fairness:.3f}",
+        )
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=160)  # piped output: do not squeeze the table into 80 columns
+    console.print(table)
+    skipped = max((r.metrics.skipped for r in runs), default=0)
+    if skipped:
+        Console(stderr=True).print(f"[yellow]{skipped} jobs can never run on this cluster and were skipped[/yellow]")

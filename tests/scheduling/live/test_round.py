@@ -1,0 +1,99 @@
+"""The live scheduling round: snapshot, decide, apply; the single lease; the database as last defence. Ref: #2"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.db import IntegrityError, connection, transaction
+
+from portal.jobs.models import Allocation, Job
+from portal.jobs.services import job_submit
+from portal.nodes.models import Gpu
+from scheduling.live.lease import try_acquire_round_lease
+from scheduling.live.models import SchedulerRound
+from scheduling.live.round import scheduling_round
+from tests.fixtures import World
+
+pg_only = pytest.mark.skipif(connection.vendor != "postgresql", reason="advisory locks need PostgreSQL")
+
+
+def test_fifo_gang_packing_and_reasons(world: World) -> None:
+    a = job_submit(user=world.eve, command="a", gpus=3)
+    b = job_submit(user=world.eve, command="b", gpus=2)  # cannot share a node with a's 3: packs onto the other
+    c = job_submit(user=world.eve, command="c", gpus=4)  # 3 free, split 1 + 2: waits
+    d = job_submit(user=world.eve, command="d", gpus=1)  # strict FIFO: blocked behind c
+    result = scheduling_round()
+    assert result is not None and result.started == 2
+    jobs = {j.pk: j for j in Job.objects.all()}
+    assert [jobs[x.pk].state for x in (a, b, c, d)] == ["running", "running", "pending", "pending"]
+    for job in (a, b):
+        assert len({alloc.node_id for alloc in Allocation.objects.filter(job=job)}) == 1  # packed on one node
+    assert jobs[c.pk].reason_code in {"not_enough_free_gpus", "no_node_fits"}
+    assert jobs[d.pk].reason_code == "blocked_by_earlier_job"
+    assert SchedulerRound.objects.count() == 1
+
+
+def test_a_tenant_at_its_cap_does_not_block_others(world: World) -> None:
+    capped = job_submit(user=world.alice, command="a", gpus=6)
+    over = job_submit(user=world.alice, command="b", gpus=1)
+    free = job_submit(user=world.eve, command="c", gpus=1)
+    scheduling_round()
+    states = dict(Job.objects.values_list("pk", "state"))
+    assert (states[capped.pk], states[over.pk], states[free.pk]) == ("running", "pending", "running")
+    assert Job.objects.get(pk=over.pk).reason_code == "tenant_cap_reached"
+
+
+def test_the_database_refuses_a_second_active_allocation_of_a_gpu(world: World) -> None:
+    one = job_submit(user=world.alice, command="a", gpus=1)
+    two = job_submit(user=world.alice, command="b", gpus=1)
+    gpu = Gpu.objects.first()
+    Allocation.objects.create(job=one, attempt=1, gpu=gpu, node=gpu.node, rank=0)
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Allocation.objects.create(job=two, attempt=1, gpu=gpu, node=gpu.node, rank=0)
+
+
+@pg_only
+@pytest.mark.django_db(transaction=True)
+def test_only_one_round_holds_the_lease(world: World) -> None:
+    held = threading.Event()
+    release = threading.Event()
+
+    def holder() -> None:
+        with transaction.atomic():
+            assert try_acquire_round_lease()
+            held.set()
+            release.wait(10)
+        connection.close()
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    held.wait(10)
+    try:
+        assert scheduling_round() is None  # the second round skips instead of racing
+    finally:
+        release.set()
+        thread.join()
+    assert scheduling_round() is not None
+
+
+@pg_only
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_rounds_never_double_place(world: World) -> None:
+    for i in range(12):
+        job_submit(user=world.eve, command=f"j{i}", gpus=1)
+    barrier = threading.Barrier(4)
+
+    def run() -> None:
+        barrier.wait()
+        scheduling_round()
+        connection.close()
+
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    active = list(Allocation.objects.filter(released_at__isnull=True).values_list("gpu_id", flat=True))
+    assert len(active) == len(set(active)) == 8
+    assert Job.objects.filter(state="running").count() == 8
