@@ -9,6 +9,7 @@ idempotent: the next heartbeat repairs whatever a lost or garbled one missed.
 from __future__ import annotations
 
 import logging
+import signal
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -20,6 +21,9 @@ log = logging.getLogger(__name__)
 
 #: Bytes of log sent per task per heartbeat (protocol limit).
 LOG_CHUNK_BYTES = 64 * 1024
+#: Bytes of log sent per heartbeat over all tasks. JSON can escape a control byte into six, and the portal (Django)
+#: refuses request bodies over 2.5 MB by default; a heartbeat refused for its size would get the node marked down.
+HEARTBEAT_LOG_BUDGET = 256 * 1024
 
 
 def agent_version() -> str:
@@ -130,8 +134,14 @@ class TaskReport:
             "exit_code": self.exit_code,
             "log_offset": self.log_offset,
             "log": self.log,
+            "log_end": self.log_end,
             "log_size": self.log_size,
         }
+
+    @property
+    def log_end(self) -> int:
+        """Byte offset in the local file where ``log`` ends (``log`` re-encodes to exactly the bytes read)."""
+        return self.log_offset + len(self.log.encode())
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +164,15 @@ class KillOrder:
 
 
 @dataclass(frozen=True, slots=True)
+class SignalOrder:
+    """Deliver ``signal`` to every rank of ``(job, attempt)`` without stopping it (e.g. SIGUSR1: checkpoint now)."""
+
+    job: int
+    attempt: int
+    signal: signal.Signals
+
+
+@dataclass(frozen=True, slots=True)
 class ForgetOrder:
     job: int
     attempt: int
@@ -164,6 +183,7 @@ class HeartbeatReply:
     start: tuple[StartOrder, ...] = ()
     kill: tuple[KillOrder, ...] = ()
     forget: tuple[ForgetOrder, ...] = ()
+    signal: tuple[SignalOrder, ...] = ()
     log_offsets: Mapping[TaskKey, int] = field(default_factory=dict)
     heartbeat_interval: float | None = None
 
@@ -230,6 +250,10 @@ class PortalClient:
             raise PortalUnavailable(f"{type(exc).__name__}: {exc}") from exc
         if response.status_code >= 500:
             raise PortalUnavailable(f"{path} answered {response.status_code}")
+        if response.is_redirect:
+            # Not followed: re-posting the token to wherever a redirect points is not ours to decide.
+            where = response.headers.get("Location", "?")
+            raise PortalRefused(f"{path} redirects to {where}; give that address as --server")
         data = _json_object(response)
         if response.status_code in (401, 409) and str(data.get("detail", "")).lower() == "register again":
             raise RegisterAgain(path)
@@ -260,6 +284,12 @@ def parse_heartbeat_reply(data: Mapping[str, Any]) -> HeartbeatReply:
             forget.append(ForgetOrder(_int(item["job"]), _int(item["attempt"])))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             log.error("ignoring malformed forget order %r: %s", item, exc)
+    signals: list[SignalOrder] = []
+    for item in _list(data.get("signal")):
+        try:
+            signals.append(SignalOrder(_int(item["job"]), _int(item["attempt"]), _signal(item["signal"])))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            log.error("ignoring malformed signal order %r: %s", item, exc)
     offsets: dict[TaskKey, int] = {}
     raw_offsets = data.get("log_offsets") or {}
     if isinstance(raw_offsets, Mapping):
@@ -273,7 +303,7 @@ def parse_heartbeat_reply(data: Mapping[str, Any]) -> HeartbeatReply:
         heartbeat_interval = None if interval is None else _positive(interval)
     except (TypeError, ValueError):
         heartbeat_interval = None
-    return HeartbeatReply(tuple(start), tuple(kill), tuple(forget), offsets, heartbeat_interval)
+    return HeartbeatReply(tuple(start), tuple(kill), tuple(forget), tuple(signals), offsets, heartbeat_interval)
 
 
 def _start_order(item: Mapping[str, Any]) -> StartOrder:
@@ -293,6 +323,17 @@ def _start_order(item: Mapping[str, Any]) -> StartOrder:
         gpus=tuple(_int(gpu) for gpu in item.get("gpus") or ()),
         env={str(name): str(value) for name, value in env.items()},
     )
+
+
+def _signal(value: object) -> signal.Signals:
+    """A signal by name (``"SIGUSR1"`` or ``"USR1"``) or number."""
+    if isinstance(value, str):
+        name = value.strip().upper()
+        try:
+            return signal.Signals[name if name.startswith("SIG") else f"SIG{name}"]
+        except KeyError:
+            raise ValueError(f"unknown signal {value!r}") from None
+    return signal.Signals(_int(value))
 
 
 def _json_object(response: httpx.Response) -> dict[str, Any]:

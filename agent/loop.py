@@ -18,6 +18,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
 from agent.client import (
+    HEARTBEAT_LOG_BUDGET,
+    LOG_CHUNK_BYTES,
     GpuDescriptor,
     HeartbeatReply,
     PortalClient,
@@ -89,6 +91,7 @@ class Agent:
         self.on_registered: list[Callable[[Registration], None]] = []
         self.finished: OrderedDict[TaskKey, None] = OrderedDict()
         self._next_prune = clock()
+        self._turn = 0
 
     # --- one iteration -----------------------------------------------------------------------------------------
     def step(self) -> float:
@@ -111,10 +114,10 @@ class Agent:
             return self.backoff.next()
         self.backoff.reset()
         for report in reports:
-            self.sent_offsets[report.key] = report.log_offset + len(report.log.encode())
+            self.sent_offsets[report.key] = report.log_end
         self.apply(reply)
         self._maybe_prune()
-        if any(report.log_offset + len(report.log.encode()) < report.log_size for report in reports):
+        if any(report.log_end < report.log_size for report in reports):
             return min(self.heartbeat_interval, CATCH_UP_SECONDS)  # a chatty job's log must not fall ever behind
         return self.heartbeat_interval
 
@@ -141,16 +144,29 @@ class Agent:
         return True
 
     def collect_reports(self) -> list[TaskReport]:
-        """One report per tracked task, each carrying the log from the offset the portal holds."""
+        """One report per tracked task, each carrying the log from the offset the portal holds.
+
+        The log bytes of one heartbeat are capped (``HEARTBEAT_LOG_BUDGET``); which task is served first rotates
+        from beat to beat, so one chatty job cannot starve the logs of the others.
+        """
         self.sent_offsets = {key: value for key, value in self.sent_offsets.items() if key in self.runner.tasks}
+        keys = sorted(self.runner.tasks)
+        if keys:
+            first = self._turn % len(keys)
+            keys = keys[first:] + keys[:first]
+        self._turn += 1
+        budget = HEARTBEAT_LOG_BUDGET
         reports = []
-        for key, task in sorted(self.runner.tasks.items()):
-            chunk = self.runner.read_log(task, self.sent_offsets.get(key, 0))
+        for key in keys:
+            task = self.runner.tasks[key]
+            chunk = self.runner.read_log(task, self.sent_offsets.get(key, 0), limit=min(LOG_CHUNK_BYTES, budget))
+            budget -= len(chunk.text.encode())
             reports.append(TaskReport(key, task.state, task.pid, task.exit_code, chunk.offset, chunk.text, chunk.size))
         return reports
 
     def apply(self, reply: HeartbeatReply) -> None:
-        """Apply a heartbeat reply: offsets first (they describe this very heartbeat), then kill, forget, start."""
+        """Apply a heartbeat reply: offsets first (they describe this very heartbeat), then kill, signal, forget,
+        start."""
         for key, offset in reply.log_offsets.items():
             if key in self.runner.tasks:
                 self.sent_offsets[key] = offset
@@ -158,6 +174,9 @@ class Agent:
             grace = self.grace if order.grace_seconds is None else order.grace_seconds
             for key in self._keys_of(order.job, order.attempt):
                 self.runner.kill(key, grace)
+        for order in reply.signal:
+            for key in self._keys_of(order.job, order.attempt):
+                self.runner.signal(key, order.signal)
         for order in reply.forget:
             for key in self._keys_of(order.job, order.attempt):
                 self.runner.forget(key, self.grace)

@@ -165,6 +165,10 @@ def _local_address(host: str, port: int) -> str:
 
 def run(config: Config) -> int:
     """Wire the parts and run until SIGTERM/SIGINT; then stop every task (grace, SIGKILL) and return 0."""
+    who = config.run_as or f"uid {os.geteuid()}"
+    if config.run_as is None and os.geteuid() == 0:
+        log.warning("jobs run as root (--allow-root): any job can take over this node")
+    log.info("corral-agent %s for %s: workdir %s, jobs run as %s", config.name, config.server, config.workdir, who)
     # Seeded by node name so simulated nodes get distinct GPU UUIDs (the portal upserts GPUs by UUID).
     probe = open_probe(config.fake_gpus, seed=zlib.crc32(config.name.encode()))
     gate = ProbeGate(probe)
@@ -194,10 +198,6 @@ def run(config: Config) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    who = config.run_as or f"uid {os.geteuid()}"
-    if config.run_as is None and os.geteuid() == 0:
-        log.warning("jobs run as root (--allow-root): any job can take over this node")
-    log.info("corral-agent %s for %s: workdir %s, jobs run as %s", config.name, config.server, config.workdir, who)
     shipping = threading.Thread(target=shipper.run, args=(stop,), name="telemetry", daemon=True)
     shipping.start()
     try:

@@ -23,7 +23,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from agent.client import LOG_CHUNK_BYTES, StartOrder, TaskKey, TaskState
@@ -83,6 +83,7 @@ class Task:
     term_deadline: float | None = None  # monotonic time after which SIGKILL follows the SIGTERM already sent
     forget_pending: bool = False
     log_fd: int | None = None  # the agent's read descriptor of output.log
+    signalled: set[int] = field(default_factory=set)  # advisory signals already delivered (each at most once)
 
     @property
     def state(self) -> TaskState:
@@ -263,6 +264,17 @@ class Runner:
         else:
             task.term_deadline = min(task.term_deadline, deadline)
 
+    def signal(self, key: TaskKey, signum: signal.Signals) -> bool:
+        """Send an advisory signal to the task's group, at most once per task and signal, so a portal may repeat
+        the order (to survive a lost response) without a job checkpointing over and over. True if sent now."""
+        task = self.tasks.get(key)
+        if task is None or not task.alive or task.process is None or signum in task.signalled:
+            return False
+        task.signalled.add(signum)
+        log.info("sending %s to task %s", signum.name, key.wire)
+        _signal_group(task.process.pid, signum)
+        return True
+
     def forget(self, key: TaskKey, grace: float) -> None:
         """Drop a finished task. A task still running is terminated first and dropped once it exits."""
         task = self.tasks.get(key)
@@ -349,13 +361,14 @@ class Runner:
                 _signal_group(pid, signal.SIGTERM)
                 groups.append(pid)
             record.unlink(missing_ok=True)
+        signalled = len(groups)
         deadline = self.clock() + grace
         while groups and self.clock() < deadline:
             groups = [pgid for pgid in groups if _group_exists(pgid)]
             time.sleep(0.05)
         for pgid in groups:
             _signal_group(pgid, signal.SIGKILL)
-        return len(groups)
+        return signalled
 
     def _write_pid_record(self, task: Task) -> None:
         assert task.process is not None

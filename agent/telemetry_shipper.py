@@ -140,7 +140,10 @@ class TelemetryShipper:
         """Tick every ``interval`` seconds (re-read each time: a registration may change it) until ``stop``."""
         next_tick = time.monotonic()
         while not stop.is_set():
-            self.tick()
+            try:
+                self.tick()
+            except Exception:  # telemetry must outlive a bug in one period's data
+                log.exception("telemetry tick failed")
             next_tick = max(next_tick + self.interval, time.monotonic())
             stop.wait(next_tick - time.monotonic())
 

@@ -23,14 +23,16 @@ def big_snapshot(*, nodes: int = 1250, gpus_per_node: int = 8, jobs: int = 25_00
     views: list[JobView] = []
     target_busy = int(0.9 * nodes * gpus_per_node)
     busy = 0
-    node = 0
+    cursor = dict.fromkeys(sizes, 0)  # per job size, the first node that may still fit one: scans stay linear
     for i in range(jobs):
         gpus = rng.choice(sizes)
+        node = cursor[gpus]
         submit = float(i)
         duration = float(rng.randint(3600, 200_000))
-        if busy + gpus <= target_busy:
-            while len(free[node]) < gpus:
-                node = (node + 1) % nodes
+        while node < nodes and len(free[node]) < gpus:
+            node += 1
+        cursor[gpus] = node
+        if busy + gpus <= target_busy and node < nodes:
             slots = tuple(GpuSlot(f"n{node}", free[node].pop()) for _ in range(gpus))
             busy += gpus
             executed = float(rng.randint(0, 3600))

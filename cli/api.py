@@ -15,6 +15,10 @@ import httpx
 
 from cli.errors import CliError
 
+#: Job states that are never left (the wire values of ``scheduling.core.states.TERMINAL``). Repeated here rather than
+#: imported so the client depends on the public API contract only, not on the server's code.
+TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled"})
+
 #: Seconds to wait for the portal; long enough for a busy portal, short enough that a dead one is reported quickly.
 TIMEOUT = 15.0
 
@@ -95,14 +99,14 @@ class LogChunk:
 class Client:
     """One portal, one token. Methods map 1:1 to endpoints; ``job_id`` arguments produce "job N not found" on 404."""
 
-    def __init__(self, url: str, token: str | None = None, *, transport: httpx.BaseTransport | None = None) -> None:
+    def __init__(self, url: str, token: str | None = None) -> None:
         self.url = url.rstrip("/")
         self._token = token
         headers = {"Accept": "application/json"}
         if token:
             headers["Authorization"] = f"Token {token}"
         try:
-            self._http = httpx.Client(base_url=self.url, headers=headers, timeout=TIMEOUT, transport=transport)
+            self._http = httpx.Client(base_url=self.url, headers=headers, timeout=TIMEOUT)
         except httpx.InvalidURL as exc:
             raise CliError(f"bad portal URL {self.url!r}: {exc}", exit_code=2) from exc
 
@@ -164,7 +168,11 @@ class Client:
         return cast(Job, self._json("POST", f"/api/v1/jobs/{job_id}/cancel/", not_found=f"job {job_id} not found"))
 
     def job_log(self, job_id: int, offset: int = 0) -> LogChunk:
-        """Log bytes from ``offset``. The next offset comes from ``X-Log-Offset`` (the server counts bytes)."""
+        """The job's output from ``offset`` on, where to read next, and the job's state at that moment.
+
+        Offsets are opaque to the client: it starts at 0 and passes back ``X-Log-Offset``, so it does not matter
+        whether the portal counts bytes or characters (the current portal counts characters).
+        """
         response = self._request(
             "GET",
             f"/api/v1/jobs/{job_id}/log/",
@@ -226,16 +234,17 @@ class Client:
         try:
             response = self._http.request(method, url, **kwargs)
         except httpx.ConnectError as exc:
-            raise CliError(f"cannot reach the portal at {self.url} ({_reason(exc)}); is it running?") from exc
+            message = f"cannot reach the portal at {self.url} ({_reason(exc)}); is it running?"
+            raise CliError(message, transient=True) from exc
         except httpx.TimeoutException as exc:
-            raise CliError(f"the portal at {self.url} did not answer within {TIMEOUT:g}s") from exc
+            raise CliError(f"the portal at {self.url} did not answer within {TIMEOUT:g}s", transient=True) from exc
         except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
             raise CliError(f"bad portal URL {self.url!r}: {exc}", exit_code=2) from exc
         except httpx.HTTPError as exc:
-            raise CliError(f"talking to the portal at {self.url} failed: {_reason(exc)}") from exc
+            raise CliError(f"talking to the portal at {self.url} failed: {_reason(exc)}", transient=True) from exc
         if response.is_success:
             return response
-        raise CliError(self._describe_failure(response, not_found))
+        raise CliError(self._describe_failure(response, not_found), transient=response.is_server_error)
 
     def _describe_failure(self, response: httpx.Response, not_found: str | None) -> str:
         """Turn a non-2xx answer into one sentence; DRF's ``{"field": ["msg"]}`` becomes ``field: msg``."""

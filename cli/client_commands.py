@@ -1,47 +1,36 @@
 """The user-facing ``corral`` commands that talk to a portal: login, submit, jobs, show, logs, cancel, nodes.
 
 Each command parses its arguments, makes one or two calls through :class:`cli.api.Client`, and renders the answer
-(a rich table for people, ``--json`` for scripts). Every failure arrives as a :class:`~cli.errors.CliError`, which
-:func:`_friendly` prints as one ``error: ...`` line on stderr with a non-zero exit code; no traceback reaches a user.
+with :mod:`cli.render` (a rich table for people, ``--json`` for scripts). Every failure arrives as a
+:class:`~cli.errors.CliError`, which :func:`_friendly` prints as one ``error: ...`` line on stderr with a non-zero
+exit code; no traceback reaches a user.
 """
 
 from __future__ import annotations
 
 import functools
-import json
 import os
 import re
 import shlex
-import sys
 import time
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
 from pathlib import PurePosixPath
-from typing import Annotated, Any, ParamSpec, TypeVar
+from typing import Annotated, ParamSpec, TypeVar
 
 import typer
-from rich.console import Console, RenderableType
-from rich.table import Table
-from rich.text import Text
 
-from cli import config
-from cli.api import Client, Gpu, Job, Node
+from cli import config, render
+from cli.api import TERMINAL_STATES, Client
 from cli.errors import CliError
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
-#: States a job never leaves; ``logs -f`` stops once the job is in one and its log is drained. Kept as plain strings
-#: (the wire format) so the client does not depend on the server's enum for what is a public API contract.
-TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled"})
-
-STATE_STYLES = {"pending": "yellow", "running": "cyan", "succeeded": "green", "failed": "red", "cancelled": "magenta"}
-
 #: File suffixes that name the interesting part of a command, used to derive a default job name.
 SCRIPT_SUFFIXES = frozenset({".py", ".sh", ".bash", ".jl", ".r", ".lua", ".pl", ".rb", ".ipynb"})
 
-#: Page width for tables written to a pipe or file (see :func:`_emit`).
-PIPED_WIDTH = 200
+#: Seconds ``logs -f`` keeps retrying while the portal is unreachable or failing, before it gives up.
+FOLLOW_PATIENCE = 30.0
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print the portal's JSON instead of a table.")]
 
@@ -84,27 +73,6 @@ def _client() -> Client:
     return Client(settings.url, settings.token)
 
 
-def _emit(*renderables: RenderableType) -> None:
-    """Print rich renderables on the current ``sys.stdout`` (looked up per call: typer's CliRunner swaps it).
-
-    At a terminal, rich fits the tables to its width. Piped into ``grep`` or a file, rich's 80-column default would
-    cut names and reasons with an ellipsis and pad every row with spaces, so the page is made wide and the padding
-    stripped: each job stays one whole line. ``COLUMNS`` still wins when set.
-    """
-    piped = not sys.stdout.isatty() and "COLUMNS" not in os.environ
-    console = Console(highlight=False, width=PIPED_WIDTH if piped else None)
-    if console.is_terminal:
-        console.print(*renderables)
-        return
-    with console.capture() as captured:
-        console.print(*renderables)
-    typer.echo("\n".join(line.rstrip() for line in captured.get().splitlines()))
-
-
-def _print_json(value: Any) -> None:
-    typer.echo(json.dumps(value, indent=2, sort_keys=True))
-
-
 # -- login / logout --------------------------------------------------------------------------------------------
 
 
@@ -118,10 +86,15 @@ def login(
     password: Annotated[str | None, typer.Option(help="Prompted for (hidden) when absent.")] = None,
 ) -> None:
     """Log in to a portal and save its URL and an API token in the config file (mode 0600)."""
-    current = config.load()
-    base = config.normalize_url(url) if url else current.url
+    try:
+        saved = config.load_file()
+    except CliError:
+        # Logging in rewrites the file, so it is the natural way out of a broken one: do not refuse it.
+        typer.echo(f"note: the config file {config.config_path()} is unreadable; it will be replaced", err=True)
+        saved = config.Config()
+    base = config.normalize_url(url or os.environ.get("CORRAL_URL") or saved.url)
     if username is None:
-        username = typer.prompt("Username", default=current.username or None)
+        username = typer.prompt("Username", default=saved.username or None)
     if password is None:
         password = typer.prompt("Password", hide_input=True)
     with Client(base) as client:
@@ -214,7 +187,10 @@ def submit(
     ] = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Submit a job: corral submit --gpus 2 -- python train.py --epochs 10"""
+    """Submit a job; its command goes after `--`.
+
+    Example: corral submit --gpus 2 -e WANDB_MODE=offline -- python train.py --epochs 10
+    """
     with _client() as client:
         job = client.submit_job(
             name=name or derive_name(command),
@@ -224,12 +200,9 @@ def submit(
             env=parse_env(env or []),
         )
     if as_json:
-        _print_json(job)
+        render.print_json(job)
         return
-    line = Text.assemble(f"Submitted job {job['id']} (", _state(job), ")")
-    if job.get("reason"):
-        line.append(f": {job['reason']}")
-    _emit(line)
+    render.emit(render.submitted_line(job))
 
 
 # -- jobs / show -----------------------------------------------------------------------------------------------
@@ -256,30 +229,14 @@ def jobs(
     with _client() as client:
         found = client.list_jobs(states=states, tenant=tenant, user=user, mine=mine, limit=limit)
     if as_json:
-        _print_json(found)
+        render.print_json(found)
         return
     if not found:
         typer.echo("No jobs.")
         return
     if len(found) == limit:
         typer.echo(f"(the newest {limit} jobs; --limit shows more)", err=True)  # stderr: stdout stays the table
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in ("ID", "NAME", "TENANT", "USER", "GPUS", "STATE", "SUBMITTED", "WHERE / WHY"):
-        table.add_column(
-            column, justify="right" if column in ("ID", "GPUS") else "left", no_wrap=column != "WHERE / WHY"
-        )
-    for job in found:
-        table.add_row(
-            str(job["id"]),
-            Text(job.get("name") or ""),
-            Text(job.get("tenant") or ""),
-            Text(job.get("user") or ""),
-            str(job.get("gpus", "")),
-            _state(job),
-            _when(job.get("submitted_at")),
-            Text(_where_or_why(job)),
-        )
-    _emit(table)
+    render.emit(render.jobs_table(found))
 
 
 @_friendly
@@ -289,52 +246,9 @@ def show(job_id: Annotated[int, typer.Argument(metavar="ID", help="Job id.")], a
         job = client.get_job(job_id)
         events = client.job_events(job_id)
     if as_json:
-        _print_json({**job, "events": events})
+        render.print_json({**job, "events": events})
         return
-    grid = Table.grid(padding=(0, 2))
-    grid.add_column(style="bold")
-    grid.add_column()
-    rows: list[tuple[str, str | Text]] = [
-        ("Job", f"{job['id']}  {job.get('name', '')}"),
-        ("State", _state(job, with_cancel=True)),
-    ]
-    if job.get("reason"):
-        rows.append(("Reason", job["reason"]))
-    rows += [
-        ("Tenant / user", f"{job.get('tenant', '')} / {job.get('user', '')}"),
-        ("GPUs", str(job.get("gpus", ""))),
-        ("Command", job.get("command", "")),
-    ]
-    placement = _placement(job)
-    if placement:
-        rows.append(("Placement", placement))
-    if job.get("attempt", 1) and job.get("attempt", 1) > 1:
-        rows.append(("Attempt", str(job["attempt"])))
-    if job.get("exit_code") is not None:
-        rows.append(("Exit code", str(job["exit_code"])))
-    for label, key in (("Submitted", "submitted_at"), ("Started", "started_at"), ("Finished", "finished_at")):
-        if job.get(key):
-            rows.append((label, _when(job.get(key))))
-    if job.get("env"):
-        rows.append(("Env", " ".join(f"{k}={v}" for k, v in sorted(job["env"].items()))))
-    for label, value in rows:
-        grid.add_row(label, value if isinstance(value, Text) else Text(value))
-    if not events:
-        _emit(grid)
-        return
-    table = Table(title="Events", title_justify="left", box=None, header_style="bold", pad_edge=False)
-    for column in ("AT", "EVENT", "CHANGE", "BY", "REASON"):
-        table.add_column(column)
-    for event in events:
-        change = " -> ".join(s for s in (event.get("from_state"), event.get("to_state")) if s)
-        table.add_row(
-            _when(event.get("at")),
-            Text(event.get("kind") or ""),
-            change,
-            Text(event.get("actor") or ""),
-            Text(event.get("reason") or ""),
-        )
-    _emit(grid, "", table)
+    render.emit(*render.job_detail(job, events))
 
 
 # -- logs / cancel ---------------------------------------------------------------------------------------------
@@ -350,9 +264,10 @@ def logs(
 ) -> None:
     """Print a job's output (stdout and stderr together); with -f, follow it until the job finishes."""
     with _client() as client:
+        patient = functools.partial(_patiently, enabled=follow, interval=interval)
         offset = 0
         while True:
-            chunk = client.job_log(job_id, offset)
+            chunk = patient(functools.partial(client.job_log, job_id, offset))
             if chunk.data:
                 typer.echo(chunk.data, nl=False)  # raw bytes: a chunk may end inside a multi-byte character
             progressed, offset = chunk.next_offset > offset, chunk.next_offset
@@ -360,15 +275,31 @@ def logs(
                 continue  # the server may cap a chunk; ask again at once until the log is drained
             if not follow:
                 return
-            job_state = chunk.job_state or client.get_job(job_id)["state"]
+            job_state = chunk.job_state or patient(functools.partial(client.get_job, job_id))["state"]
             if job_state in TERMINAL_STATES:
                 break
             time.sleep(interval)
-        job = client.get_job(job_id)
+        job = patient(functools.partial(client.get_job, job_id))
     ended = f"job {job_id} {job['state']}"
     if job.get("exit_code") is not None:
         ended += f" (exit code {job['exit_code']})"
     typer.echo(ended, err=True)  # stderr, so `corral logs -f 12 > out.txt` captures only the job's output
+
+
+def _patiently(call: Callable[[], R], *, enabled: bool, interval: float) -> R:
+    """Run ``call``; when ``enabled``, retry transient failures for up to :data:`FOLLOW_PATIENCE` seconds.
+
+    Following a job can take hours, and a portal restart or one 5xx in that time should not end it; a one-shot
+    command, on the other hand, reports the first failure at once.
+    """
+    deadline = time.monotonic() + FOLLOW_PATIENCE
+    while True:
+        try:
+            return call()
+        except CliError as exc:
+            if not (enabled and exc.transient) or time.monotonic() >= deadline:
+                raise
+        time.sleep(interval)
 
 
 @_friendly
@@ -402,106 +333,9 @@ def nodes(as_json: JsonFlag = False) -> None:
     with _client() as client:
         found = client.list_nodes()
     if as_json:
-        _print_json(found)
+        render.print_json(found)
         return
     if not found:
         typer.echo("No nodes.")
         return
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in ("NODE", "STATE", "HEARTBEAT", "GPU", "MODEL", "MEMORY", "GPU STATE", "JOB"):
-        table.add_column(column, justify="right" if column in ("GPU", "MEMORY", "JOB") else "left", no_wrap=True)
-    for node in found:
-        node_cells: list[str | Text] = [Text(node["name"]), _node_state(node), _ago(node.get("last_heartbeat"))]
-        if not node.get("gpus"):
-            table.add_row(*node_cells, "-", "", "", "", "")
-        for gpu in node.get("gpus") or []:
-            memory = gpu.get("memory_mb")
-            table.add_row(
-                *node_cells,
-                str(gpu.get("index", "?")),
-                Text(gpu.get("model") or ""),
-                f"{memory / 1024:.0f} GiB" if memory else "",
-                _gpu_state(gpu),
-                str(gpu["job"]) if gpu.get("job") is not None else "",
-            )
-            node_cells = ["", "", ""]  # the node's columns on its first GPU row only, so nodes read as groups
-    _emit(table)
-
-
-# -- rendering helpers -----------------------------------------------------------------------------------------
-
-
-def _state(job: Job, *, with_cancel: bool = False) -> Text:
-    state = job.get("state", "?")
-    text = Text(state, style=STATE_STYLES.get(state, ""))
-    if with_cancel and job.get("cancel_requested") and state not in TERMINAL_STATES:
-        text.append(" (cancel requested)", style="magenta")
-    return text
-
-
-def _placement(job: Job) -> str:
-    where = ", ".join(job.get("nodes") or []) or job.get("node") or ""
-    indices = job.get("gpu_indices") or []
-    if not where:
-        return ""
-    return f"{where}  GPUs {', '.join(str(i) for i in indices)}" if indices else where
-
-
-def _where_or_why(job: Job) -> str:
-    """The column people scan ``corral jobs`` for: why it waits, where it runs, or how it ended."""
-    state = job.get("state")
-    if state == "pending":
-        return job.get("reason") or ""
-    if state == "running":
-        return _placement(job)
-    if job.get("exit_code") is not None:
-        return f"exit {job['exit_code']}"
-    return ""
-
-
-def _node_state(node: Node) -> Text:
-    state = node.get("state", "?")
-    text = Text(state, style={"up": "green", "draining": "yellow", "down": "red"}.get(state, ""))
-    if node.get("state_reason"):
-        text.append(f" ({node['state_reason']})")
-    return text
-
-
-def _gpu_state(gpu: Gpu) -> Text:
-    """``free``, ``allocated``, or the GPU's health when it is not healthy (with the fault, e.g. an XID)."""
-    state = gpu.get("state") or gpu.get("health") or "?"
-    styles = {"free": "green", "allocated": "cyan", "cordoned": "yellow"}
-    text = Text(state, style=styles.get(state, "red"))
-    if state not in ("free", "allocated") and gpu.get("health_detail"):
-        text.append(f" ({gpu['health_detail']})")
-    return text
-
-
-def _parse_time(value: str | None) -> datetime | None:
-    if not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-
-
-def _when(value: str | None) -> str:
-    """An API timestamp in the user's local time; unparseable values are shown as sent rather than hidden."""
-    parsed = _parse_time(value)
-    if parsed is None:
-        return value or ""
-    return parsed.astimezone().strftime("%Y-%m-%d %H:%M:%S")
-
-
-def _ago(value: str | None) -> str:
-    """A heartbeat as an age (``4s ago``): what an operator checks is how stale it is, not the wall time."""
-    parsed = _parse_time(value)
-    if parsed is None:
-        return value or "never"
-    seconds = max(0, int((datetime.now(tz=UTC) - parsed).total_seconds()))
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds // size}{unit} ago"
-    return f"{seconds}s ago"
+    render.emit(render.nodes_table(found))

@@ -9,7 +9,14 @@ Heavy imports (numpy, scikit-learn, plotly) happen inside the commands, so ``cor
 
 from __future__ import annotations
 
+import sys
+
 import typer
+
+try:  # Typer 0.2x vendors click; its exceptions are not the installed click's.
+    from typer._click.exceptions import NoArgsIsHelpError, UsageError
+except ImportError:  # pragma: no cover - an older Typer on plain click
+    from click.exceptions import NoArgsIsHelpError, UsageError
 
 from cli import client_commands
 from scheduling.sim import cli as sim_cli
@@ -20,6 +27,7 @@ app = typer.Typer(
     help="Corral: submit and follow GPU jobs, replay traces under scheduling policies, evaluate failure prediction.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # usage errors as one plain line, like every other error of the CLI
 )
 client_commands.register(app)
 sim_cli.register(app)
@@ -27,7 +35,20 @@ telemetry_cli.register(app)
 
 
 def main() -> None:
-    app()
+    """Run the CLI; a usage mistake (unknown option, ``--gpus abc``) is one ``error:`` line and exit status 2."""
+    try:
+        code = app(standalone_mode=False)
+    except NoArgsIsHelpError as exc:  # bare `corral` or `corral telemetry`: show the help
+        print(exc.format_message())
+        sys.exit(exc.exit_code)
+    except UsageError as exc:
+        hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx else ""
+        print(f"error: {exc.format_message()}{hint}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        print("error: aborted", file=sys.stderr)
+        sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

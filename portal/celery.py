@@ -21,8 +21,10 @@ def _periodic_tasks(sender: Celery, **_: object) -> None:
     # A round every few seconds catches whatever the on-commit kicks missed (a worker restart, a lost message);
     # it expires after one period, so a backlog never turns into a burst of redundant rounds.
     sender.add_periodic_task(every, _task("scheduling.live.tasks.schedule_round"), expires=every, name="schedule-round")
-    # Liveness: often enough that a dead node's jobs are requeued within about CORRAL_NODE_TIMEOUT + 10 s.
-    sender.add_periodic_task(10.0, _task("scheduling.live.tasks.sweep_nodes"), expires=10.0, name="sweep-nodes")
+    # Liveness: a third of the node timeout (at most 10 s), so a dead node's jobs are requeued within about
+    # 1.3 x CORRAL_NODE_TIMEOUT.
+    sweep = min(10.0, max(1.0, settings.CORRAL_NODE_TIMEOUT / 3))
+    sender.add_periodic_task(sweep, _task("scheduling.live.tasks.sweep_nodes"), expires=sweep, name="sweep-nodes")
 
 
 def _task(name: str):  # noqa: ANN202 - a Celery signature

@@ -100,7 +100,8 @@ def build_children(*, port: int, fake_gpus: int, simulate_only: bool) -> list[Ch
             "web",
             [str(BIN / "gunicorn"), "portal.wsgi:application", "--bind", f"127.0.0.1:{port}",
              # Threads, because agents' heartbeats and htmx polling hold requests open at the same time.
-             "--workers", "2", "--threads", "8", "--worker-class", "gthread", "--graceful-timeout", "5"],
+             "--workers", "2", "--threads", "8", "--worker-class", "gthread", "--graceful-timeout", "5",
+             "--no-control-socket"],  # two checkouts' demos would fight over ~/.gunicorn/gunicorn.ctl
         ),
         Child("worker", [str(BIN / "celery"), "-A", "portal", "worker", "-l", "info", "--concurrency", "2"]),
         Child("beat", [str(BIN / "celery"), "-A", "portal", "beat", "-l", "info",

@@ -94,13 +94,12 @@ def ensure_packages(*, want_chromium: bool) -> None:
         return
     log(f"installing {' '.join(missing)} with apt-get")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    subprocess.run(["apt-get", "update", "-qq"], check=True, env=env, stdin=subprocess.DEVNULL)
-    subprocess.run(
+    for argv in (
+        ["apt-get", "update", "-qq"],
         ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing],
-        check=True,
-        env=env,
-        stdin=subprocess.DEVNULL,
-    )
+    ):
+        if subprocess.run(argv, env=env, stdin=subprocess.DEVNULL).returncode != 0:
+            raise SystemExit(f"[test-services] `{' '.join(argv)}` failed; install {' '.join(missing)} by hand")
 
 
 # --- Running the servers ----------------------------------------------------------------------------------------

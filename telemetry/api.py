@@ -1,14 +1,191 @@
-"""``POST /api/v1/agent/samples/``: GPU telemetry batches from node agents (docs/agent-protocol.md)."""
+"""Telemetry's REST endpoints.
+
+- ``POST /api/v1/agent/samples/``: GPU telemetry batches from node agents (docs/agent-protocol.md). Validated
+  with the wire format's own ``from_dict`` (the one definition shared with the agent); bad input is a 400 naming
+  the field, never a 500.
+- ``GET /api/v1/telemetry/gpus/``: every GPU's latest sample, health and predicted risk.
+- ``GET /api/v1/telemetry/alerts/``: drained and at-risk GPU alerts (``?active=true|false``, ``?node=``).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import generics, serializers
+from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from portal.api.agent_views import AgentView
+from portal.nodes.models import Gpu
+from telemetry.models import METRIC_FIELDS, Alert, Sample
+from telemetry.sample import GpuSample, XidEvent
+from telemetry.selectors import alert_list, gpus_with_telemetry
+from telemetry.services import telemetry_ingest
+
+#: Far above what an agent sends in one POST (500), low enough that one request cannot hold the node's lock long.
+MAX_ITEMS_PER_BATCH = 10_000
+#: Seconds since the epoch a timestamp may take: 1970 up to about 2514, well inside what the database stores.
+TIMESTAMP_RANGE = (0.0, float(2**34))
+_INT_RANGE = {"IntegerField": 2**31 - 1, "BigIntegerField": 2**63 - 1}
+#: Each integer reading's column bound. ``from_dict`` checks types only; a value its column cannot hold must be a
+#: 400 here, not a failed COPY (a 500) later.
+_INT_LIMITS = {
+    name: _INT_RANGE[Sample._meta.get_field(name).get_internal_type()]
+    for name in METRIC_FIELDS
+    if Sample._meta.get_field(name).get_internal_type() in _INT_RANGE
+}
+
+T = TypeVar("T")
+
+
+def _check_time(value: float) -> None:
+    if not TIMESTAMP_RANGE[0] < value < TIMESTAMP_RANGE[1]:
+        raise ValueError("'timestamp' is out of range (seconds since 1970)")
+
+
+def _sample(item: Any) -> GpuSample:
+    sample = GpuSample.from_dict(item)
+    _check_time(sample.timestamp)
+    for name, limit in _INT_LIMITS.items():
+        value = getattr(sample, name)
+        if value is not None and not -limit <= value <= limit:
+            raise ValueError(f"{name!r} is out of range")
+    if sample.xid < 0:
+        raise ValueError("'xid' must be >= 0")
+    return sample
+
+
+def _event(item: Any) -> XidEvent:
+    event = XidEvent.from_dict(item)
+    _check_time(event.timestamp)
+    if not 0 <= event.xid <= _INT_RANGE["IntegerField"]:
+        raise ValueError("'xid' is out of range")
+    return event
+
+
+def _parse_list(data: dict[str, Any], key: str, parse: Callable[[Any], T]) -> list[T]:
+    items = data.get(key, [])
+    if not isinstance(items, list):
+        raise ValidationError({key: ["must be a list"]})
+    if len(items) > MAX_ITEMS_PER_BATCH:
+        raise ValidationError({key: [f"at most {MAX_ITEMS_PER_BATCH} items per request"]})
+    parsed = []
+    for i, item in enumerate(items):
+        try:
+            parsed.append(parse(item))
+        except ValueError as exc:
+            raise ValidationError({key: [f"item {i}: {exc}"]}) from None
+    return parsed
 
 
 class SamplesView(AgentView):
+    """Take one batch from the authenticated node's agent; answers what became of each sample."""
+
+    @extend_schema(tags=["agent"], request=None, responses={200: dict})
     def post(self, request: Request) -> Response:
-        samples = request.data.get("samples", []) if isinstance(request.data, dict) else []
-        return Response({"accepted": len(samples) if isinstance(samples, list) else 0})
+        data = request.data
+        if not isinstance(data, dict):
+            raise ValidationError({"detail": "the body must be a JSON object"})
+        samples = _parse_list(data, "samples", _sample)
+        events = _parse_list(data, "xid_events", _event)
+        dropped = data.get("dropped", 0)
+        if isinstance(dropped, bool) or not isinstance(dropped, int) or dropped < 0:
+            raise ValidationError({"dropped": ["must be a non-negative integer"]})
+        result = telemetry_ingest(node=request.auth, samples=samples, xid_events=events, dropped=dropped)
+        return Response(result.as_dict())
+
+
+class LatestSampleSerializer(serializers.Serializer):
+    def to_representation(self, instance: Any) -> dict[str, Any]:
+        out: dict[str, Any] = {"ts": instance.ts.isoformat()}
+        out.update({name: getattr(instance, name) for name in METRIC_FIELDS})
+        out["processes"] = instance.processes
+        return out
+
+
+class GpuTelemetrySerializer(serializers.ModelSerializer):
+    node = serializers.CharField(source="node.name")
+    job = serializers.IntegerField(source="job_id", allow_null=True)
+    risk = serializers.SerializerMethodField()
+    risk_scored_at = serializers.SerializerMethodField()
+    latest = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Gpu
+        fields = [
+            "node",
+            "index",
+            "uuid",
+            "model",
+            "memory_mb",
+            "health",
+            "health_detail",
+            "job",
+            "risk",
+            "risk_scored_at",
+            "latest",
+        ]
+
+    def get_risk(self, gpu: Gpu) -> float | None:
+        risk = getattr(gpu, "risk", None)
+        return None if risk is None else round(risk.risk, 4)
+
+    def get_risk_scored_at(self, gpu: Gpu) -> str | None:
+        risk = getattr(gpu, "risk", None)
+        return None if risk is None else risk.scored_at.isoformat()
+
+    def get_latest(self, gpu: Gpu) -> dict[str, Any] | None:
+        sample = getattr(gpu, "latest_sample", None)
+        return None if sample is None else LatestSampleSerializer(sample).data
+
+
+@extend_schema(
+    tags=["telemetry"],
+    parameters=[
+        OpenApiParameter("node", str, description="Only this node's GPUs."),
+        OpenApiParameter("health", str, description="healthy, cordoned or unhealthy."),
+    ],
+)
+class GpuTelemetryView(generics.ListAPIView):
+    """Every present GPU with its latest sample, health and predicted failure risk. Any signed-in user."""
+
+    serializer_class = GpuTelemetrySerializer
+
+    def get_queryset(self):  # noqa: ANN201 - a QuerySet[Gpu]
+        gpus = gpus_with_telemetry()
+        if node := self.request.query_params.get("node"):
+            gpus = gpus.filter(node__name=node)
+        if health := self.request.query_params.get("health"):
+            gpus = gpus.filter(health=health)
+        return gpus
+
+
+class AlertSerializer(serializers.ModelSerializer):
+    node = serializers.CharField(source="node.name")
+    gpu = serializers.CharField(source="gpu.uuid", allow_null=True, default=None)
+    active = serializers.BooleanField(read_only=True)
+
+    class Meta:
+        model = Alert
+        fields = ["id", "at", "severity", "node", "gpu", "title", "message", "active", "resolved_at", "resolved_by"]
+
+
+@extend_schema(
+    tags=["telemetry"],
+    parameters=[
+        OpenApiParameter("active", bool, description="true: unresolved only; false: resolved only."),
+        OpenApiParameter("node", str, description="Only this node's alerts."),
+    ],
+)
+class AlertListView(generics.ListAPIView):
+    """Alerts raised for drained (critical) and predicted-to-fail (warning) GPUs, newest first."""
+
+    serializer_class = AlertSerializer
+
+    def get_queryset(self):  # noqa: ANN201 - a QuerySet[Alert]
+        active = self.request.query_params.get("active")
+        flag = {"true": True, "1": True, "false": False, "0": False}.get((active or "").lower())
+        return alert_list(node=self.request.query_params.get("node") or None, active=flag)

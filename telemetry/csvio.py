@@ -118,7 +118,12 @@ def read_telemetry(source: str | Path | IO[str]) -> TelemetryTable:
 
 _Parsed = tuple[np.ndarray, list[str], list[str], dict[str, np.ndarray]]
 _FIRST_THREE = re.compile(r"^([^,\n]*),([^,\n]*),([^,\n]*)(?:,|$)", re.MULTILINE)
-_EMPTY_FIELD = re.compile(r"(?<=,)(?=,|\n|$)")
+
+
+def _fill_empty(body: str) -> str:
+    """Write ``nan`` into empty numeric fields so numpy's parser accepts them (twice: ",,," holds two)."""
+    filled = body.replace(",,", ",nan,").replace(",,", ",nan,").replace(",\n", ",nan\n")
+    return filled + "nan" if filled.endswith(",") else filled
 
 
 def _read_plain(body: str, header: list[str], name: str) -> _Parsed:
@@ -134,7 +139,7 @@ def _read_plain(body: str, header: list[str], name: str) -> _Parsed:
     numeric = [c for c in NUMERIC_COLUMNS if c in header]
     try:
         matrix = np.loadtxt(
-            io.StringIO(_EMPTY_FIELD.sub("nan", body)),
+            io.StringIO(_fill_empty(body)),
             delimiter=",",
             usecols=[header.index(c) for c in numeric],
             dtype=np.float64,

@@ -117,8 +117,10 @@ def table_from_rows(rows: Iterable[TelemetryRow]) -> TelemetryTable:
 
 
 def _encode(names: Sequence[str]) -> tuple[np.ndarray, list[str]]:
-    uniq, codes = np.unique(np.asarray(names, dtype=object).astype(str), return_inverse=True)
-    return codes.astype(np.int32), [str(u) for u in uniq]
+    """Integer codes in first-seen order (a dict is several times faster than ``np.unique`` on strings)."""
+    index: dict[str, int] = {}
+    codes = np.fromiter((index.setdefault(n, len(index)) for n in names), dtype=np.int32, count=len(names))
+    return codes, list(index)
 
 
 def _nan(value: float | None) -> float:

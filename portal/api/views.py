@@ -9,6 +9,7 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serial
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.authtoken.views import ObtainAuthToken
 from rest_framework.decorators import action
+from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -23,6 +24,19 @@ from portal.nodes.models import Gpu, Node
 def jobs_with_placement(queryset: QuerySet[Job]) -> QuerySet[Job]:
     """Prefetch what the job serializer shows about placement, so a page of jobs costs a fixed number of queries."""
     return queryset.prefetch_related(Prefetch("tasks", queryset=JobTask.objects.select_related("node")))
+
+
+class PlainTextRenderer(BaseRenderer):
+    """Lets clients ask for ``Accept: text/plain`` on the log endpoint (errors still render as JSON)."""
+
+    media_type = "text/plain"
+    format = "txt"
+    charset = "utf-8"
+
+    def render(
+        self, data: object, accepted_media_type: str | None = None, renderer_context: dict | None = None
+    ) -> bytes:
+        return data.encode() if isinstance(data, str) else JSONRenderer().render(data)
 
 
 class TokenView(ObtainAuthToken):
@@ -70,9 +84,9 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Create
         parameters=[OpenApiParameter("offset", int, description="Character offset to read from (default 0).")],
         responses={(200, "text/plain"): OpenApiTypes.STR},
     )
-    @action(detail=True, methods=["get"])
+    @action(detail=True, methods=["get"], renderer_classes=[JSONRenderer, PlainTextRenderer])
     def log(self, request: Request, pk: str | None = None) -> HttpResponse:
-        """Output so far from ``offset``. Follow a job by passing back the ``X-Log-Offset`` header."""
+        """Output so far from character ``offset``. Follow a job by passing back the ``X-Log-Offset`` header."""
         offset_field = serializers.IntegerField(min_value=0, required=False)
         try:
             offset = offset_field.run_validation(request.query_params.get("offset", 0))

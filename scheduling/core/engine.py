@@ -16,7 +16,7 @@ Two walks:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
 
@@ -74,19 +74,29 @@ def run_round(
     now: float,
     limits: Mapping[str, TenantLimits],
     explain: bool = True,
+    pin_running: bool = False,
 ) -> RoundResult:
     """Run one round.
 
     ``ordered`` is the policy's order of the jobs that may be (re)considered: the pending jobs for plain walks,
     pending and running jobs together for preemptive ones (see :func:`needs_preemptive_walk`). ``running`` is every
     running job. ``pool`` is mutated: started jobs take GPUs from it, preempted jobs return theirs.
+
+    ``pin_running`` tells a preemptive walk that every running job outranks every pending one, so none can lose
+    its GPUs and ``ordered`` may hold only the pending jobs. The result is the same as the full walk (each running
+    job would be kept, in order, within the capacity it already holds); the simulator uses it to skip re-ranking
+    hundreds of running jobs on rounds where nothing could be preempted. Not valid with the quota layer, whose
+    owner/borrower split reorders jobs.
     """
     ledger = Ledger(limits)
-    for job in running:
-        ledger.add(job)
+    if ledger.active:
+        for job in running:
+            ledger.add(job)
     result = RoundResult()
     if needs_preemptive_walk(policy):
-        _preemptive_walk(ordered, running, pool, ledger, placement, policy, now, limits, explain, result)
+        if pin_running and policy.guarantees:
+            raise ValueError("pin_running cannot be used with the quota layer")
+        _preemptive_walk(ordered, running, pool, ledger, placement, policy, now, limits, explain, result, pin_running)
     else:
         _plain_walk(ordered, pool, ledger, placement, policy, explain, result)
     return result
@@ -162,62 +172,70 @@ def _preemptive_walk(
     limits: Mapping[str, TenantLimits],
     explain: bool,
     result: RoundResult,
+    pin_running: bool,
 ) -> None:
     waiting, start = result.waiting, result.start
     waits = _Waits()
-    ordered = ordered if isinstance(ordered, list) else list(ordered)  # walked more than once below
 
     # 1. Running jobs that keep their GPUs whatever happens: inside their minimum quantum, on nodes outside the
     #    pool (their GPUs could not be reused), or, under a non-preemptive policy with the quota layer, jobs that
     #    run inside their tenant's guarantee (only borrowed GPUs are reclaimed).
     pinned: set[JobId] = set()
-    quantum = policy.min_quantum
-    if not policy.preemptive:
-        owners = Guarantees(limits)
-        for job in ordered:
-            if job.state == _RUNNING and owners.claim(job):
-                pinned.add(job.id)
+    movable_jobs: list[JobView] = []
     movable = 0
-    for job in running:
-        if job.id in pinned:
-            continue
-        started = job.last_started
-        in_pool = pool.in_pool(job.allocation)
-        if (quantum > 0 and started is not None and now - started < quantum) or in_pool == 0:
-            pinned.add(job.id)
-        else:
-            movable += in_pool
+    if not pin_running:
+        if policy.guarantees:
+            ordered = list(ordered)  # walked twice: for the owner/borrower split and for the ranking
+        if not policy.preemptive:
+            owners = Guarantees(limits)
+            for job in ordered:
+                if job.state == _RUNNING and owners.claim(job):
+                    pinned.add(job.id)
+        quantum = policy.min_quantum
+        whole = pool.complete
+        for job in running:
+            if job.id in pinned:
+                continue
+            started = job.last_started
+            in_pool = len(job.allocation) if whole else pool.in_pool(job.allocation)
+            if (quantum > 0 and started is not None and now - started < quantum) or in_pool == 0:
+                pinned.add(job.id)
+            else:
+                movable += in_pool
+                movable_jobs.append(job)
+        # The ledger holds pinned jobs only; movable ones count again only when the walk keeps them.
+        if ledger.active:
+            for job in movable_jobs:
+                ledger.remove(job)
 
-    # The ledger holds pinned jobs only; movable ones count again only when the walk keeps them.
-    for job in running:
-        if job.id not in pinned:
-            ledger.remove(job)
-
-    candidates = [job for job in ordered if job.id not in pinned]
+    candidates: Iterator[JobView] = (job for job in ordered if job.id not in pinned) if pinned else iter(ordered)
     if policy.guarantees:
         # Owners (jobs inside their tenant's guaranteed share) before borrowers, each group in policy order.
         share = Guarantees(limits)
         for job in ordered:
             if job.id in pinned:
                 share.claim(job)
-        owner_flags = [share.claim(job) for job in candidates]
-        candidates = [j for j, o in zip(candidates, owner_flags, strict=True) if o] + [
-            j for j, o in zip(candidates, owner_flags, strict=True) if not o
-        ]
+        owners_first: list[JobView] = []
+        borrowers: list[JobView] = []
+        for job in candidates:
+            (owners_first if share.claim(job) else borrowers).append(job)
+        candidates = chain(owners_first, borrowers)
 
-    # 2. Want the best jobs that fit the capacity the movable jobs and the free GPUs make up together.
+    # 2. Want the best jobs that fit the capacity the movable jobs and the free GPUs make up together. Without
+    #    explanations the walk stops once the capacity is used up; the rest of ``candidates`` stays unread.
     capacity = pool.total_free + movable
     budget = capacity
     wanted_pending: list[JobView] = []
     kept: set[JobId] = set()
     not_wanted: list[JobView] = []
-    stop = len(candidates)
-    for pos, job in enumerate(candidates):
-        cap = ledger.cap_wait(job)
+    check_caps = ledger.active
+    for job in candidates:
+        cap = ledger.cap_wait(job) if check_caps else None
         is_running = job.state == _RUNNING
         if cap is None and job.gpus <= budget:
             budget -= job.gpus
-            ledger.add(job)
+            if check_caps:
+                ledger.add(job)
             if is_running:
                 kept.add(job.id)
             else:
@@ -228,11 +246,10 @@ def _preemptive_walk(
             elif explain or budget:
                 not_wanted.append(job)
         if not explain and budget == 0:
-            stop = pos + 1  # the rest is only needed if a placement fails and leaves GPUs idle (step 6)
             break
 
-    # 3. Preempt running jobs that were not kept (the walk may have stopped early: those are not kept either).
-    preempted = [job for job in candidates if job.state == _RUNNING and job.id not in kept]
+    # 3. Preempt movable running jobs that were not kept (including any the walk stopped before reaching).
+    preempted = [job for job in movable_jobs if job.id not in kept]
     for job in preempted:
         pool.give(job.allocation)
 
@@ -260,7 +277,7 @@ def _preemptive_walk(
     # 6. Backfill GPUs that are still idle with jobs the walk passed over (or never reached, if it stopped early).
     free_at_start = capacity
     no_nodes = pool.empty
-    passed_over = chain(not_wanted, (job for job in candidates[stop:] if job.state != _RUNNING))
+    passed_over = chain(not_wanted, (job for job in candidates if job.state != _RUNNING))
     for job in passed_over:
         if not explain and pool.total_free == 0:
             break

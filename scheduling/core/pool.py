@@ -24,7 +24,7 @@ class FreePool:
     one always agree.
     """
 
-    __slots__ = ("names", "racks", "capacity", "free", "buckets", "total_free", "max_capacity", "index")
+    __slots__ = ("names", "racks", "capacity", "free", "buckets", "total_free", "max_capacity", "index", "complete")
 
     def __init__(self, nodes: Iterable[NodeView]) -> None:
         self.names: list[str] = []
@@ -32,7 +32,9 @@ class FreePool:
         self.capacity: list[int] = []
         self.free: list[list[int]] = []
         self.index: dict[str, int] = {}
+        nodes = list(nodes)
         usable = [n for n in nodes if n.schedulable]
+        self.complete = len(usable) == len(nodes)  # every node is in the pool: any allocation is reusable
         self.max_capacity = max((max(n.total_gpus, len(n.free_gpus)) for n in usable), default=0)
         self.buckets: list[dict[int, None]] = [{} for _ in range(self.max_capacity + 1)]
         self.total_free = 0

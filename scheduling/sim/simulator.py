@@ -15,8 +15,9 @@ from __future__ import annotations
 import heapq
 import math
 from bisect import bisect_left, insort
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import chain, islice
 from operator import attrgetter
 from typing import Protocol
 
@@ -120,8 +121,7 @@ class _Job:
         "token",
         "wake",
         "sort_key",
-        "key_expiry",
-        "key_version",
+        "done",
         "first_start",
         "held",
         "preemptions",
@@ -146,14 +146,14 @@ class _Job:
         self.token = 0
         self.wake = math.inf
         self.sort_key: tuple = ()
-        self.key_expiry = -math.inf
-        self.key_version = -1
+        self.done = False
         self.first_start: float | None = None
         self.held = 0.0
         self.preemptions = 0
 
 
 _by_sort_key = attrgetter("sort_key")
+_view = attrgetter("view")
 
 
 def simulate(
@@ -219,6 +219,7 @@ class _Simulation:
         self.placement = placement
         self.overhead = overhead
         self.tenants = tenants
+        self.has_caps = any(t.gpu_cap is not None or t.user_cap is not None for t in tenants.values())
         self.progress = progress
         self.pool = FreePool.uniform(cluster.nodes, cluster.gpus_per_node, cluster.racks)
         self.preemptive_walk = needs_preemptive_walk(policy)
@@ -232,14 +233,16 @@ class _Simulation:
         self.heap: list[tuple[float, int, int, int, int]] = []
         self.seq = 0
         self.running: dict[int, _Job] = {}
-        self.pending: list[tuple[tuple, int, _Job]] = []  # plain walk: sorted by (key, index)
-        self.active: list[_Job] = []  # preemptive walk: pending and running, sorted by sort_key
-        self.dirty = False
+        # Pending jobs sorted by (key, trace index). Under a preemptive walk, running jobs are kept sorted the same
+        # way in ``run_sorted``; a job's key changes only at a wake-up, a state change or a policy refit.
+        self.pend_sorted: list[_Job] = []
+        self.run_sorted: list[_Job] = []
         self.waiting = 0
+        self.pending_gpus = 0
         self.outcomes: list[JobOutcome] = []
         self.clock = _Clock()
         self.rounds = 0
-        self.seen_version = getattr(policy, "version", 0)
+        self.seen_version = policy.version
         self.arrived: set[int] = set()  # only tracked for an observer
 
     def _can_ever_run(self, t: TraceJob) -> bool:
@@ -269,10 +272,9 @@ class _Simulation:
                         self._finish(job, now)
                 elif kind == _ARRIVE:
                     self._arrive(job, now)
-                elif job.wake == now:  # a wake-up that is still wanted
+                elif job.wake == now and not job.done:  # a wake-up that is still wanted
                     job.wake = math.inf
-                    job.key_expiry = -math.inf
-                    self.dirty = True
+                    self._requeue(job, now)
             self._round(now)
             if self.observer is not None:
                 waiting = [j.view for j in self.jobs if j.view.state == JobState.PENDING and j.index in self.arrived]
@@ -293,14 +295,11 @@ class _Simulation:
 
     def _arrive(self, job: _Job, now: float) -> None:
         self.waiting += 1
+        self.pending_gpus += job.trace.gpus
         if self.observer is not None:
             self.arrived.add(job.index)
-        if self.preemptive_walk:
-            self.active.append(job)
-            self.dirty = True
-        else:
-            job.sort_key = self.policy.key(job.view, now)  # constant while pending under a plain walk
-            insort(self.pending, (job.sort_key, job.index, job))
+        self._rekey(job, now)
+        insort(self.pend_sorted, job, key=_by_sort_key)
 
     def _finish(self, job: _Job, now: float) -> None:
         view = job.view
@@ -310,25 +309,18 @@ class _Simulation:
             self.arrived.discard(job.index)
         del self.running[job.index]
         if self.preemptive_walk:
-            self.active.remove(job)
+            _remove(self.run_sorted, job)
+        job.done = True
         ran = now - job.run_start
         job.held += ran
         t = job.trace
         assert job.first_start is not None
         self.outcomes.append(
             JobOutcome(
-                t.job_id,
-                t.tenant,
-                t.user,
-                t.gpus,
-                t.submit_time,
-                job.first_start,
-                now,
-                t.duration,
-                job.held,
+                t.job_id, t.tenant, t.user, t.gpus, t.submit_time, job.first_start, now, t.duration, job.held,
                 job.preemptions,
             )
-        )
+        )  # fmt: skip
         self.policy.observe_finished(
             FinishedJob(
                 id=view.id,
@@ -345,26 +337,65 @@ class _Simulation:
         if self.progress is not None:
             self.progress(1)
 
+    # -- keys ---------------------------------------------------------------------------------------------------
+    def _rekey(self, job: _Job, now: float) -> None:
+        """Recompute a job's priority and wake up when it next changes (a queue threshold crossed, a starvation
+        limit reached) so a preemptive policy reacts at that instant, not at the next arrival."""
+        view = job.view
+        job.sort_key = (self.policy.key(view, now), job.index)
+        if not self.preemptive_walk:
+            return  # plain walks never re-rank a waiting job
+        expiry = self.policy.key_expiry(view, now)
+        if now < expiry < job.wake:
+            job.wake = expiry
+            self._push(expiry, _WAKE, job, 0)
+
+    def _requeue(self, job: _Job, now: float) -> None:
+        """Move a job to where its new key belongs."""
+        lst = self.run_sorted if job.index in self.running else self.pend_sorted
+        _remove(lst, job)
+        self._rekey(job, now)
+        insort(lst, job, key=_by_sort_key)
+
+    def _rekey_all(self, jobs: list[_Job], now: float) -> None:
+        for job in jobs:
+            self._rekey(job, now)
+        jobs.sort(key=_by_sort_key)
+
     # -- rounds -------------------------------------------------------------------------------------------------
     def _round(self, now: float) -> None:
         if not self.waiting:
             return
         self.rounds += 1
         policy = self.policy
-        if self.preemptive_walk:
-            self._refresh_keys(now)
-            ordered = (job.view for job in self.active)
+        pin_running = False
+        movable: list[_Job] = list(self.running.values())
+        if not self.preemptive_walk:
+            ordered: Iterable[JobView] = map(_view, self.pend_sorted)
         else:
-            ordered = (entry[2].view for entry in self.pending)
+            if policy.version != self.seen_version:  # the policy refit what it learned: every key may move
+                self.seen_version = policy.version
+                self._rekey_all(self.pend_sorted, now)
+                self._rekey_all(self.run_sorted, now)
+            if policy.guarantees or self.has_caps:
+                movable = self._exact_running(now, 0)
+            else:
+                movable = self._contested_running(now)
+                pin_running = not movable
+            if pin_running:
+                ordered = map(_view, self.pend_sorted)
+            else:
+                ordered = self._merged(movable)
         result = run_round(
             ordered=ordered,
-            running=[job.view for job in self.running.values()],
+            running=() if pin_running else [job.view for job in movable],
             pool=self.pool,
             placement=self.placement,
             policy=policy,
             now=now,
             limits=self.tenants,
             explain=False,
+            pin_running=pin_running,
         )
         jobs = self.jobs
         for view in result.preempt:
@@ -372,31 +403,40 @@ class _Simulation:
         for placement in result.start:
             self._start(jobs[placement.job_id], placement.slots, now)  # type: ignore[index]
 
-    def _refresh_keys(self, now: float) -> None:
-        policy = self.policy
-        version = getattr(policy, "version", 0)
-        everything = version != self.seen_version
-        self.seen_version = version
-        dirty = self.dirty
-        rekey = self._rekey
-        for job in self.active:
-            if everything or job.key_expiry <= now:
-                rekey(job, now)
-                dirty = True
-        if dirty:
-            self.active.sort(key=_by_sort_key)
-            self.dirty = False
+    def _merged(self, running: list[_Job]) -> Iterator[JobView]:
+        """Running and pending jobs in one order. The pending jobs ranked behind every running one are not sorted
+        in (the walk often stops before reaching them); the part they interleave with is sorted by C code."""
+        pend = self.pend_sorted
+        if not running:
+            return map(_view, pend)
+        k = bisect_left(pend, running[-1].sort_key, key=_by_sort_key)
+        head = running + pend[:k]
+        head.sort(key=_by_sort_key)
+        return chain(map(_view, head), map(_view, islice(pend, k, None)))
 
-    def _rekey(self, job: _Job, now: float) -> None:
-        """Recompute a job's priority and wake up when it next changes (a queue threshold crossed, a starvation
-        limit reached) so a preemptive policy reacts at that instant, not at the next arrival."""
-        view = job.view
-        job.sort_key = (self.policy.key(view, now), job.index)
-        expiry = self.policy.key_expiry(view, now)
-        job.key_expiry = expiry
-        if now < expiry < job.wake:
-            job.wake = expiry
-            self._push(expiry, _WAKE, job, 0)
+    def _contested_running(self, now: float) -> list[_Job]:
+        """The running jobs that rank behind the best pending job, i.e. the only ones a round could preempt.
+
+        Running jobs ranked ahead of every pending job are kept by the full walk whatever happens (they come first
+        and already fit), so leaving them out of the round, with their GPUs, gives the same result for a fraction
+        of the work. When everything waiting fits in the free GPUs no running job is contested at all.
+        """
+        runs, pend = self.run_sorted, self.pend_sorted
+        if not runs or not pend or self.pending_gpus <= self.pool.total_free:
+            return []
+        return self._exact_running(now, bisect_left(runs, pend[0].sort_key, key=_by_sort_key))
+
+    def _exact_running(self, now: float, first: int) -> list[_Job]:
+        """``run_sorted[first:]`` with exact keys. With improving keys the cached keys are upper bounds: refresh
+        the ones that might rank behind the best pending job, re-sort, and cut again."""
+        runs = self.run_sorted
+        if self.policy.improving_keys and first < len(runs):
+            for job in runs[first:]:
+                job.sort_key = (self.policy.key(job.view, now), job.index)
+            runs.sort(key=_by_sort_key)
+            if first:
+                first = bisect_left(runs, self.pend_sorted[0].sort_key, key=_by_sort_key)
+        return runs[first:]
 
     def _start(self, job: _Job, slots: tuple[GpuSlot, ...], now: float) -> None:
         if job.preemptions:
@@ -405,21 +445,21 @@ class _Simulation:
         job.token += 1
         if job.first_start is None:
             job.first_start = now
+        _remove(self.pend_sorted, job)
         job.view = replace(job.view, state=JobState.RUNNING, allocation=slots, last_started=now, service_at=now)
         self.running[job.index] = job
         self.waiting -= 1
+        self.pending_gpus -= job.trace.gpus
         if self.observer is not None:
             self.observer.started(job.trace.job_id, slots, now)
         self._push(now + job.remaining, _FINISH, job, job.token)
         if self.preemptive_walk:
             self._rekey(job, now)
-            self.dirty = True
+            insort(self.run_sorted, job, key=_by_sort_key)
             quantum = self.policy.min_quantum
             if quantum > 0 and now + quantum < job.wake:
                 job.wake = now + quantum
                 self._push(now + quantum, _WAKE, job, 0)
-        else:
-            del self.pending[bisect_left(self.pending, (job.sort_key, job.index))]
 
     def _preempt(self, job: _Job, now: float) -> None:
         ran = now - job.run_start
@@ -430,6 +470,7 @@ class _Simulation:
         view = job.view
         if self.observer is not None:
             self.observer.stopped(job.trace.job_id, view.allocation, now, finished=False)
+        _remove(self.run_sorted, job)
         job.view = replace(
             view,
             state=JobState.PENDING,
@@ -441,7 +482,14 @@ class _Simulation:
         )
         del self.running[job.index]
         self.waiting += 1
+        self.pending_gpus += job.trace.gpus
         self._rekey(job, now)
-        self.dirty = True
-        if not self.preemptive_walk:  # pragma: no cover - only preemptive walks preempt
-            insort(self.pending, (self.policy.key(job.view, now), job.index, job))
+        insort(self.pend_sorted, job, key=_by_sort_key)
+
+
+def _remove(jobs: list[_Job], job: _Job) -> None:
+    """Delete ``job`` from a list sorted by ``sort_key`` (keys are unique: they end in the trace index)."""
+    i = bisect_left(jobs, job.sort_key, key=_by_sort_key)
+    if i >= len(jobs) or jobs[i] is not job:
+        raise AssertionError(f"job {job.trace.job_id} is not where its key says")
+    del jobs[i]

@@ -38,6 +38,7 @@ class FakePortal:
         self.orders: dict[str, dict[str, Any]] = {}
         self.sticky_start = False  # keep sending start even after the task was reported
         self.kills: dict[tuple[int, int], float | None] = {}
+        self.signals: dict[tuple[int, int], str] = {}  # sent in every reply while the task runs
         self.auto_forget = True
         self.forgotten: set[tuple[int, int]] = set()
         self.logs: dict[str, bytes] = {}
@@ -155,11 +156,16 @@ class FakePortal:
             for (job, attempt), grace in self.kills.items()
             if (job, attempt) in running
         ]
+        signals = [
+            {"job": job, "attempt": attempt, "signal": name}
+            for (job, attempt), name in self.signals.items()
+            if (job, attempt) in running
+        ]
         forget = []
         if self.auto_forget:
             forget = [{"job": job, "attempt": attempt} for job, attempt in sorted(done - running)]
             self.forgotten |= done - running
-        return {"start": start, "kill": kill, "forget": forget, "log_offsets": offsets}
+        return {"start": start, "kill": kill, "signal": signals, "forget": forget, "log_offsets": offsets}
 
 
 @pytest.fixture

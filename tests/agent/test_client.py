@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 
 from agent.client import (
@@ -25,6 +27,7 @@ def test_a_full_reply_parses_into_typed_orders() -> None:
             ],
             "kill": [{"job": 42, "attempt": 1, "grace_seconds": 10}, {"job": 40, "attempt": 3}],
             "forget": [{"job": 41, "attempt": 2}],
+            "signal": [{"job": 42, "attempt": 1, "signal": "SIGUSR1"}, {"job": 42, "attempt": 1, "signal": "usr2"}],
             "log_offsets": {"42:1:0": 12},
             "heartbeat_interval": 2.0,
         }
@@ -34,6 +37,7 @@ def test_a_full_reply_parses_into_typed_orders() -> None:
     assert second.key == TaskKey(44, 1, 0) and second.command == ("python", "x.py") and second.gpus == ()
     assert [(k.job, k.grace_seconds) for k in reply.kill] == [(42, 10.0), (40, None)]
     assert [(f.job, f.attempt) for f in reply.forget] == [(41, 2)]
+    assert [o.signal for o in reply.signal] == [signal.SIGUSR1, signal.SIGUSR2]
     assert reply.log_offsets == {TaskKey(42, 1, 0): 12}
     assert reply.heartbeat_interval == 2.0
 
@@ -44,13 +48,14 @@ def test_malformed_orders_are_skipped_and_the_rest_applies() -> None:
             "start": [{"job": "x", "attempt": 1, "command": "true"}, {"job": 1, "attempt": 1, "command": ""}, 7],
             "kill": [{"job": 5}, {"job": 6, "attempt": 1}],
             "forget": "nope",
+            "signal": [{"job": 1, "attempt": 1, "signal": "SIGNOPE"}],
             "log_offsets": {"bad": 3, "1:1:0": True, "2:1:0": 5},
             "heartbeat_interval": -1,
         }
     )
     assert reply.start == ()
     assert [k.job for k in reply.kill] == [6]
-    assert reply.forget == ()
+    assert reply.forget == () and reply.signal == ()
     assert reply.log_offsets == {TaskKey(2, 1, 0): 5}
     assert reply.heartbeat_interval is None
 
@@ -66,6 +71,7 @@ def test_reports_serialise_to_the_protocol_shape() -> None:
         "exit_code": -9,
         "log_offset": 12,
         "log": "tail\n",
+        "log_end": 17,
         "log_size": 17,
     }
 
@@ -77,6 +83,7 @@ def test_reports_serialise_to_the_protocol_shape() -> None:
         (401, {"detail": "register again"}, RegisterAgain),
         (401, {"detail": "Invalid node token."}, PortalRefused),
         (503, {}, PortalUnavailable),
+        (308, {}, PortalRefused),
     ],
 )
 def test_http_answers_map_to_failure_kinds(portal, status, body, error) -> None:

@@ -65,6 +65,18 @@ def test_kill_escalates_to_sigkill_after_the_grace_sent_by_the_portal(portal, ma
     assert portal.last(6)["exit_code"] == -signal.SIGKILL
 
 
+def test_signal_orders_reach_the_job_once_without_stopping_it(portal, make_agent, step_until) -> None:
+    agent = make_agent(portal.url)
+    portal.add_task(4, "trap 'echo checkpoint' USR1; echo ready; while :; do sleep 0.02; done")
+    step_until(agent, lambda: "ready" in portal.log(4))
+    portal.signals[(4, 1)] = "SIGUSR1"  # repeated in every reply from now on
+    step_until(agent, lambda: "checkpoint" in portal.log(4))
+    for _ in range(5):
+        agent.step()
+    assert portal.log(4).count("checkpoint") == 1
+    assert portal.last(4)["state"] == "running"
+
+
 def test_forget_is_honoured_and_a_failed_start_is_reported_with_its_error(portal, make_agent, step_until) -> None:
     agent = make_agent(portal.url, run_as="corral-no-such-user")
     portal.add_task(3, "echo never")
@@ -93,6 +105,17 @@ def test_long_log_arrives_whole_in_bounded_chunks(portal, make_agent, step_until
     step_until(agent, lambda: len(portal.log(9)) == 150000, timeout=10)
     assert portal.log(9) == "é" * 150000
     assert max(len(r["log"].encode()) for r in portal.reports["9:1:0"]) <= 64 * 1024
+
+
+def test_log_bytes_per_heartbeat_are_capped_and_shared_between_tasks(portal, make_agent, step_until) -> None:
+    portal.auto_forget = False
+    agent = make_agent(portal.url)
+    for job in range(20, 26):
+        portal.add_task(job, ["python3", "-c", "import sys; sys.stdout.write('x' * 100000)"])
+    step_until(agent, lambda: all(portal.log(job) == "x" * 100000 for job in range(20, 26)), timeout=10)
+    for beat in portal.heartbeats:
+        assert sum(len(task["log"].encode()) for task in beat["tasks"]) <= 256 * 1024
+        assert all(task["log_end"] == task["log_offset"] + len(task["log"].encode()) for task in beat["tasks"])
 
 
 def test_survives_the_portal_going_away_and_catches_up(portal, make_agent, step_until) -> None:

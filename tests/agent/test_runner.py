@@ -236,7 +236,7 @@ def test_a_restarted_agent_stops_the_jobs_its_predecessor_left(tmp_path: Path) -
     (tmp_path / "work" / "run" / "9-1-0.json").write_text(json.dumps({"pid": os.getpid(), "start_ticks": 1}))
 
     successor = Runner(tmp_path / "work")
-    successor.kill_orphans(grace=0.3)
+    assert successor.kill_orphans(grace=0.3) == 1
     assert task.process is not None
     assert task.process.wait(timeout=2) == -signal.SIGTERM
     assert not list((tmp_path / "work" / "run").glob("*.json"))

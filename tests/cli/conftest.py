@@ -45,12 +45,24 @@ def corral(config_file: Path) -> Invoke:
     return invoke
 
 
+#: One canned answer: (status, content type, body) or (status, content type, body, extra headers).
+Reply = tuple[int, str, str] | tuple[int, str, str, dict[str, str]]
+NOT_FOUND: Reply = (404, "application/json", '{"detail": "Not found."}')
+
+
 @dataclass
 class Canned:
-    """What the stub portal answers: ``routes`` maps ``"METHOD /path"`` to (status, content type, body)."""
+    """What the stub portal answers: ``routes`` maps ``"METHOD /path"`` to a reply, or to a list of replies given
+    one per request in order (the last one repeats), to script a portal that fails and then recovers."""
 
-    routes: dict[str, tuple[int, str, str]] = field(default_factory=dict)
+    routes: dict[str, Reply | list[Reply]] = field(default_factory=dict)
     seen: list[tuple[str, str, dict[str, str]]] = field(default_factory=list)
+
+    def next_reply(self, key: str) -> Reply:
+        route = self.routes.get(key, NOT_FOUND)
+        if isinstance(route, list):
+            return route.pop(0) if len(route) > 1 else route[0]
+        return route
 
 
 @pytest.fixture
@@ -66,13 +78,13 @@ def stub_portal() -> Iterator[tuple[str, Canned]]:
             length = int(self.headers.get("Content-Length") or 0)
             if length:
                 self.rfile.read(length)
-            status, content_type, body = canned.routes.get(
-                f"{self.command} {path}", (404, "application/json", '{"detail": "Not found."}')
-            )
+            status, content_type, body, *extra = canned.next_reply(f"{self.command} {path}")
             data = body.encode()
             self.send_response(status)
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(data)))
+            for name, value in (extra[0] if extra else {}).items():
+                self.send_header(name, value)
             self.end_headers()
             self.wfile.write(data)
 

@@ -158,3 +158,32 @@ def test_pagination_is_followed_up_to_the_limit(
     table = corral("jobs", "--limit", "2")
     assert [line.split()[0] for line in table.stdout.splitlines()] == ["ID", "3", "2"]
     assert table.stderr.strip() == "(the newest 2 jobs; --limit shows more)"
+
+
+def test_follow_rides_out_a_portal_restart(corral: Invoke, config_file: Path, stub_portal: tuple[str, Canned]) -> None:
+    url, canned = stub_portal
+    unavailable = (503, "text/html", "<h1>Service Unavailable</h1>")
+    canned.routes["GET /api/v1/jobs/7/log/"] = [
+        (200, "text/plain", "epoch 1\n", {"X-Log-Offset": "8", "X-Job-State": "running"}),
+        unavailable,
+        unavailable,
+        (200, "text/plain", "done\n", {"X-Log-Offset": "13", "X-Job-State": "succeeded"}),
+        (200, "text/plain", "", {"X-Log-Offset": "13", "X-Job-State": "succeeded"}),
+    ]
+    canned.routes["GET /api/v1/jobs/7/"] = (200, "application/json", '{"id": 7, "state": "succeeded", "exit_code": 0}')
+    save_login(config_file, url)
+    result = corral("logs", "-f", "--interval", "0.1", "7")
+    assert (result.exit_code, result.stdout, result.stderr) == (0, "epoch 1\ndone\n", "job 7 succeeded (exit code 0)\n")
+    offsets = [path.partition("?")[2] for method, path, _ in canned.seen if "/log/" in path]
+    assert offsets == ["offset=0", "offset=8", "offset=8", "offset=8", "offset=13"]
+
+
+def test_without_follow_a_failure_is_reported_at_once(
+    corral: Invoke, config_file: Path, stub_portal: tuple[str, Canned]
+) -> None:
+    url, canned = stub_portal
+    canned.routes["GET /api/v1/jobs/7/log/"] = (503, "text/html", "<h1>Service Unavailable</h1>")
+    save_login(config_file, url)
+    line = one_error_line(corral("logs", "7"))
+    assert line == f"error: the portal at {url} failed with HTTP 503 on /api/v1/jobs/7/log/; try again later"
+    assert len(canned.seen) == 1

@@ -3,6 +3,10 @@ DRF error body becomes the one line a user reads."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from cli.api import field_errors
@@ -75,3 +79,16 @@ def test_parse_env_refuses(monkeypatch: pytest.MonkeyPatch, pair: str, message: 
 )
 def test_field_errors_flatten_to_one_line(body: object, line: str) -> None:
     assert field_errors(body) == line
+
+
+def test_the_client_imports_nothing_of_the_server() -> None:
+    """``corral`` runs on laptops that have no portal settings: importing its commands must not pull in Django,
+    Celery or the scheduler (and stays fast: ``corral jobs`` should answer at once)."""
+    code = (
+        "import sys, cli.client_commands; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'django', 'rest_framework', 'celery', 'portal', "
+        "'scheduling', 'numpy'}))"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    assert result.stdout.strip() == "[]"

@@ -110,16 +110,20 @@ class Proc:
         self.popen.kill()
         self.popen.wait()
 
+    def terminate(self) -> None:
+        if self.alive:
+            self.popen.terminate()
+
     def stop(self) -> None:
+        """SIGTERM (if not sent already), SIGKILL after STOP_TIMEOUT, then SIGKILL to whatever is left in its group."""
         if self.popen is None:
             return
-        if self.popen.poll() is None:
-            self.popen.terminate()
-            try:
-                self.popen.wait(STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait()
+        self.terminate()
+        try:
+            self.popen.wait(STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+            self.popen.wait()
         try:  # whatever it forked and left behind (a worker's pool processes)
             os.killpg(self.popen.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
@@ -215,9 +219,11 @@ class Stack:
 
     def stop(self) -> None:
         # Agents first (they stop their jobs), then beat before the worker so no task is queued into a void.
-        order = [n for n in NODES if n in self.procs] + [n for n in ("beat", "worker") if n in self.procs]
-        for name in order:
-            self.procs[name].stop()
+        for group in ([n for n in NODES if n in self.procs], [n for n in ("beat", "worker") if n in self.procs]):
+            for name in group:  # all at once: each takes a moment to wind down
+                self.procs[name].terminate()
+            for name in group:
+                self.procs[name].stop()
         for pid in self.job_pids():  # orphans of an agent killed with SIGKILL
             try:
                 os.killpg(pid, signal.SIGKILL)
@@ -231,7 +237,7 @@ class Stack:
         return [(name, proc.tail()) for name, proc in self.procs.items()]
 
 
-def test_database_url() -> str:
+def database_url_of_test_db() -> str:
     """DATABASE_URL with pytest-django's test database name (test_corral) in place of the configured one."""
     from django.db import connection
 
@@ -284,7 +290,7 @@ def corral_stack(
     data_dir.mkdir()
     env = {
         **os.environ,
-        "DATABASE_URL": test_database_url(),
+        "DATABASE_URL": database_url_of_test_db(),
         "REDIS_URL": os.environ["REDIS_URL"],
         "CORRAL_DATA_DIR": str(data_dir),
         "PYTHONUNBUFFERED": "1",
@@ -344,7 +350,7 @@ def results(payload: Any) -> list[dict[str, Any]]:
 
 
 @pytest.fixture
-def api(corral_stack: Stack, e2e_user: Any) -> Iterator[httpx.Client]:
+def live_api(corral_stack: Stack, e2e_user: Any) -> Iterator[httpx.Client]:
     """An httpx client for the live server, authenticated as the demo user through POST /api/v1/auth/token/."""
     with api_client(corral_stack.url) as anonymous:
         token = obtain_token(anonymous, USERNAME, PASSWORD)

@@ -40,6 +40,9 @@ class Policy:
     #: Bumped whenever learned state changes keys of jobs whose state did not change (a refit of a learned
     #: distribution); the simulator then recomputes every cached key.
     version: int = 0
+    #: True when a running job's key can only get better while it runs (remaining time shrinks). The simulator
+    #: may then compare against a stale key of a running job as a bound instead of recomputing it every event.
+    improving_keys: bool = False
 
     def key(self, job: JobView, now: float) -> Key:
         """Priority of ``job`` at ``now``; smaller is served first. Ties keep the caller's order."""

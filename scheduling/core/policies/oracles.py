@@ -16,6 +16,7 @@ def _remaining(job: JobView, now: float) -> float:
 
 class _Oracle(Policy):
     clairvoyant = True
+    improving_keys = True
 
     def key_expiry(self, job: JobView, now: float) -> float:
         # Remaining time shrinks continuously while a job runs; a waiting job's does not change.

@@ -126,6 +126,7 @@ def test_log_follows_with_an_offset(api: APIClient, world: World) -> None:
     tail = api.get(f"/api/v1/jobs/{job.pk}/log/?offset=8")
     assert tail.content.decode() == "rld\n" and tail["X-Job-State"] == "pending"
     assert api.get(f"/api/v1/jobs/{job.pk}/log/?offset=12").content == b""
+    assert api.get(f"/api/v1/jobs/{job.pk}/log/", HTTP_ACCEPT="text/plain").content == b"hello\nworld\n"
     assert api.get(f"/api/v1/jobs/{job.pk}/log/?offset=-3").status_code == 400
     assert api.get(f"/api/v1/jobs/{job.pk}/log/?offset=abc").status_code == 400
 

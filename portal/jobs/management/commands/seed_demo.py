@@ -65,6 +65,7 @@ class Command(BaseCommand):
             path.chmod(0o600)
         self.stdout.write(
             self.style.SUCCESS(
-                "Demo ready: log in as demo/demo (member of 'demo'), alice/alice (admin of 'vision'), admin/admin (staff)."
+                "Demo ready: log in as demo/demo (member of 'demo'), alice/alice (admin of 'vision'), "
+                "admin/admin (staff)."
             )
         )

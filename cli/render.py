@@ -1,0 +1,224 @@
+"""How the ``corral`` portal commands look: rich tables and lines built from the API's JSON, for people.
+
+Kept apart from the commands so each command reads as "call the API, render the answer", and so what a user sees
+can be changed in one place. Everything here takes plain API dicts and returns rich renderables; only
+:func:`emit` and :func:`print_json` write.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import typer
+from rich.console import Console, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from cli.api import TERMINAL_STATES, Gpu, Job, JobEvent, Node
+
+STATE_STYLES = {"pending": "yellow", "running": "cyan", "succeeded": "green", "failed": "red", "cancelled": "magenta"}
+
+#: Page width for tables written to a pipe or file (see :func:`emit`).
+PIPED_WIDTH = 200
+
+
+def emit(*renderables: RenderableType) -> None:
+    """Print rich renderables on the current ``sys.stdout`` (looked up per call: typer's CliRunner swaps it).
+
+    At a terminal, rich fits the tables to its width. Piped into ``grep`` or a file, rich's 80-column default would
+    cut names and reasons with an ellipsis and pad every row with spaces, so the page is made wide and the padding
+    stripped: each job stays one whole line. ``COLUMNS`` still wins when set.
+    """
+    piped = not sys.stdout.isatty() and "COLUMNS" not in os.environ
+    console = Console(highlight=False, width=PIPED_WIDTH if piped else None)
+    if console.is_terminal:
+        console.print(*renderables)
+        return
+    with console.capture() as captured:
+        console.print(*renderables)
+    typer.echo("\n".join(line.rstrip() for line in captured.get().splitlines()))
+
+
+def print_json(value: Any) -> None:
+    """The API's own JSON for scripts (``--json``), sorted so diffs of two runs line up."""
+    typer.echo(json.dumps(value, indent=2, sort_keys=True))
+
+
+def submitted_line(job: Job) -> Text:
+    """The answer to ``corral submit``: the id to use next, and why the job is not running yet if it is not."""
+    line = Text.assemble(f"Submitted job {job['id']} (", _state(job), ")")
+    if job.get("reason"):
+        line.append(f": {job['reason']}")
+    return line
+
+
+def jobs_table(jobs: Sequence[Job]) -> Table:
+    """``corral jobs``: one line per job; the last column answers the question people ask of each state."""
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for column in ("ID", "NAME", "TENANT", "USER", "GPUS", "STATE", "SUBMITTED", "WHERE / WHY"):
+        table.add_column(
+            column, justify="right" if column in ("ID", "GPUS") else "left", no_wrap=column != "WHERE / WHY"
+        )
+    for job in jobs:
+        table.add_row(
+            str(job["id"]),
+            Text(job.get("name") or ""),
+            Text(job.get("tenant") or ""),
+            Text(job.get("user") or ""),
+            str(job.get("gpus", "")),
+            _state(job),
+            _when(job.get("submitted_at")),
+            Text(_where_or_why(job)),
+        )
+    return table
+
+
+def job_detail(job: Job, events: Sequence[JobEvent]) -> list[RenderableType]:
+    """``corral show``: the job's fields (only those that say something in its state), then its history."""
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    rows: list[tuple[str, str | Text]] = [
+        ("Job", f"{job['id']}  {job.get('name', '')}"),
+        ("State", _state(job, with_cancel=True)),
+    ]
+    if job.get("reason"):
+        rows.append(("Reason", job["reason"]))
+    rows += [
+        ("Tenant / user", f"{job.get('tenant', '')} / {job.get('user', '')}"),
+        ("GPUs", str(job.get("gpus", ""))),
+        ("Command", job.get("command", "")),
+    ]
+    placement = _placement(job)
+    if placement:
+        rows.append(("Placement", placement))
+    if job.get("attempt", 1) and job.get("attempt", 1) > 1:
+        rows.append(("Attempt", str(job["attempt"])))
+    if job.get("exit_code") is not None:
+        rows.append(("Exit code", str(job["exit_code"])))
+    for label, key in (("Submitted", "submitted_at"), ("Started", "started_at"), ("Finished", "finished_at")):
+        if job.get(key):
+            rows.append((label, _when(job.get(key))))
+    if job.get("env"):
+        rows.append(("Env", " ".join(f"{k}={v}" for k, v in sorted(job["env"].items()))))
+    for label, value in rows:
+        grid.add_row(label, value if isinstance(value, Text) else Text(value))
+    if not events:
+        return [grid]
+    table = Table(title="Events", title_justify="left", box=None, header_style="bold", pad_edge=False)
+    for column in ("AT", "EVENT", "CHANGE", "BY", "REASON"):
+        table.add_column(column)
+    for event in events:
+        change = " -> ".join(s for s in (event.get("from_state"), event.get("to_state")) if s)
+        table.add_row(
+            _when(event.get("at")),
+            Text(event.get("kind") or ""),
+            change,
+            Text(event.get("actor") or ""),
+            Text(event.get("reason") or ""),
+        )
+    return [grid, "", table]
+
+
+def nodes_table(nodes: Sequence[Node]) -> Table:
+    """One row per GPU, grouped under its node: what an operator scans for is which GPUs are free, busy or sick."""
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for column in ("NODE", "STATE", "HEARTBEAT", "GPU", "MODEL", "MEMORY", "GPU STATE", "JOB"):
+        table.add_column(column, justify="right" if column in ("GPU", "MEMORY", "JOB") else "left", no_wrap=True)
+    for node in nodes:
+        node_cells: list[str | Text] = [Text(node["name"]), _node_state(node), _ago(node.get("last_heartbeat"))]
+        if not node.get("gpus"):
+            table.add_row(*node_cells, "-", "", "", "", "")
+        for gpu in node.get("gpus") or []:
+            memory = gpu.get("memory_mb")
+            table.add_row(
+                *node_cells,
+                str(gpu.get("index", "?")),
+                Text(gpu.get("model") or ""),
+                f"{memory / 1024:.0f} GiB" if memory else "",
+                _gpu_state(gpu),
+                str(gpu["job"]) if gpu.get("job") is not None else "",
+            )
+            node_cells = ["", "", ""]  # the node's columns on its first GPU row only, so nodes read as groups
+    return table
+
+
+def _state(job: Job, *, with_cancel: bool = False) -> Text:
+    state = job.get("state", "?")
+    text = Text(state, style=STATE_STYLES.get(state, ""))
+    if with_cancel and job.get("cancel_requested") and state not in TERMINAL_STATES:
+        text.append(" (cancel requested)", style="magenta")
+    return text
+
+
+def _placement(job: Job) -> str:
+    where = ", ".join(job.get("nodes") or []) or job.get("node") or ""
+    indices = job.get("gpu_indices") or []
+    if not where:
+        return ""
+    return f"{where}  GPUs {', '.join(str(i) for i in indices)}" if indices else where
+
+
+def _where_or_why(job: Job) -> str:
+    """The column people scan ``corral jobs`` for: why it waits, where it runs, or how it ended."""
+    state = job.get("state")
+    if state == "pending":
+        return job.get("reason") or ""
+    if state == "running":
+        return _placement(job)
+    if job.get("exit_code") is not None:
+        return f"exit {job['exit_code']}"
+    return ""
+
+
+def _node_state(node: Node) -> Text:
+    state = node.get("state", "?")
+    text = Text(state, style={"up": "green", "draining": "yellow", "down": "red"}.get(state, ""))
+    if node.get("state_reason"):
+        text.append(f" ({node['state_reason']})")
+    return text
+
+
+def _gpu_state(gpu: Gpu) -> Text:
+    """``free``, ``allocated``, or the GPU's health when it is not healthy (with the fault, e.g. an XID)."""
+    state = gpu.get("state") or gpu.get("health") or "?"
+    styles = {"free": "green", "allocated": "cyan", "cordoned": "yellow"}
+    text = Text(state, style=styles.get(state, "red"))
+    if state not in ("free", "allocated") and gpu.get("health_detail"):
+        text.append(f" ({gpu['health_detail']})")
+    return text
+
+
+def _parse_time(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def _when(value: str | None) -> str:
+    """An API timestamp in the user's local time; unparseable values are shown as sent rather than hidden."""
+    parsed = _parse_time(value)
+    if parsed is None:
+        return value or ""
+    return parsed.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _ago(value: str | None) -> str:
+    """A heartbeat as an age (``4s ago``): what an operator checks is how stale it is, not the wall time."""
+    parsed = _parse_time(value)
+    if parsed is None:
+        return value or "never"
+    seconds = max(0, int((datetime.now(tz=UTC) - parsed).total_seconds()))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit} ago"
+    return f"{seconds}s ago"

@@ -1,0 +1,219 @@
+"""Walk-forward evaluation: ``corral failures evaluate`` and the benchmark.
+
+The history is split in time: the earlier part (default two thirds) is the *training part*, the rest the *test
+part*. In both, the model is retrained every ``retrain_every_s`` on the latest ``train_window_s`` of rows whose
+labels are already known at that moment (rows at least one horizon old), then scores the next period it has not
+seen: sliding training exactly as the control plane runs it. Scores from the training part (its own walk-forward
+folds) choose the alarm threshold; the test part is scored with that threshold and never influences it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from sklearn.metrics import average_precision_score
+
+from telemetry.predict.alarms import AlarmMetrics, ScoredRows, choose_threshold, measure, raise_alarms
+from telemetry.predict.features import build_features
+from telemetry.predict.labels import failure_events, label_rows
+from telemetry.predict.models import DEFAULT_MAX_NEGATIVES, ModelKind, NotEnoughData, fit
+from telemetry.predict.training import DAY, DEFAULT_HORIZON_S, DEFAULT_TARGET_PRECISION, DEFAULT_TRAIN_WINDOW_S
+from telemetry.schema import FailureLabel
+from telemetry.table import TelemetryTable
+
+
+@dataclass(frozen=True, slots=True)
+class EvalConfig:
+    kind: ModelKind = ModelKind.GBDT
+    horizon_s: float = DEFAULT_HORIZON_S
+    test_fraction: float = 1 / 3
+    retrain_every_s: float = 7 * DAY
+    train_window_s: float = DEFAULT_TRAIN_WINDOW_S
+    min_train_s: float = 14 * DAY
+    target_precision: float = DEFAULT_TARGET_PRECISION
+    seed: int = 0
+    max_negatives: int = DEFAULT_MAX_NEGATIVES
+
+    def __post_init__(self) -> None:
+        if not 0 < self.test_fraction < 1:
+            raise ValueError("test_fraction must be between 0 and 1")
+        if min(self.horizon_s, self.retrain_every_s, self.train_window_s, self.min_train_s) <= 0:
+            raise ValueError("horizon, retrain period, training window and minimum training span must be positive")
+
+
+@dataclass(frozen=True)
+class EvaluationReport:
+    config: EvalConfig
+    test: AlarmMetrics
+    validation: AlarmMetrics
+    target_met_on_training_part: bool
+    split_at: float
+    test_row_average_precision: float | None
+    folds: int
+    train_seconds: float
+    score_seconds: float
+    feature_seconds: float
+    rows: int
+    gpus: int
+    caught_failures: tuple[tuple[str, float], ...] = field(default=())  # (gpu uuid, failed_at) in the test part
+    missed_failures: tuple[tuple[str, float], ...] = field(default=())
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = self.test.as_dict()
+        out.update(
+            {
+                "model": str(self.config.kind),
+                "horizon_hours": self.config.horizon_s / 3600,
+                "target_precision": self.config.target_precision,
+                "target_met_on_training_part": self.target_met_on_training_part,
+                "validation": self.validation.as_dict(),
+                "test_row_average_precision": None
+                if self.test_row_average_precision is None
+                else round(self.test_row_average_precision, 4),
+                "split_at": self.split_at,
+                "retrain_every_hours": self.config.retrain_every_s / 3600,
+                "train_window_days": self.config.train_window_s / DAY,
+                "folds": self.folds,
+                "rows": self.rows,
+                "gpus": self.gpus,
+                "feature_seconds": round(self.feature_seconds, 2),
+                "train_seconds": round(self.train_seconds, 2),
+                "score_seconds": round(self.score_seconds, 2),
+            }
+        )
+        return out
+
+
+def evaluate(
+    table: TelemetryTable,
+    labels: Iterable[FailureLabel],
+    config: EvalConfig = EvalConfig(),  # noqa: B008 - frozen, so a shared default is safe
+) -> EvaluationReport:
+    labels = list(labels)
+    horizon = config.horizon_s
+    t0 = time.perf_counter()
+    features = build_features(table)
+    feature_seconds = time.perf_counter() - t0
+    rl = label_rows(table, labels, horizon)
+    failures = failure_events(table, labels)
+    start, end = table.start, table.end
+    split = start + (1 - config.test_fraction) * (end - start)
+    if split - start < config.min_train_s + horizon:
+        raise ValueError(
+            f"the training part ({(split - start) / DAY:.1f} days) is shorter than the minimum training span "
+            f"plus one horizon ({(config.min_train_s + horizon) / DAY:.1f} days); provide a longer history"
+        )
+
+    timer = _Timer()
+    # Validation folds score up to split - horizon, so every alarm's outcome is known at the split.
+    validation = _walk_forward(table, rl, features.values, config, start + config.min_train_s, split - horizon, timer)
+    test = _walk_forward(table, rl, features.values, config, split, end + 1, timer)
+    choice = choose_threshold(
+        validation,
+        horizon_s=horizon,
+        failures=failures,
+        period=(start + config.min_train_s, split),
+        target_precision=config.target_precision,
+    )
+    test_metrics = measure(test, choice.threshold, horizon_s=horizon, failures=failures, period=(split, end))
+    caught, missed = _failure_outcomes(table, test, choice.threshold, horizon, failures, (split, end))
+    y_test = _positive(test, horizon)
+    ap = float(average_precision_score(y_test, test.score)) if 0 < y_test.sum() < len(y_test) else None
+    return EvaluationReport(
+        config=config,
+        test=test_metrics,
+        validation=choice.metrics,
+        target_met_on_training_part=choice.target_met,
+        split_at=split,
+        test_row_average_precision=ap,
+        folds=timer.folds,
+        train_seconds=timer.train,
+        score_seconds=timer.score,
+        feature_seconds=feature_seconds,
+        rows=len(table),
+        gpus=len(table.gpu_names),
+        caught_failures=caught,
+        missed_failures=missed,
+    )
+
+
+@dataclass
+class _Timer:
+    train: float = 0.0
+    score: float = 0.0
+    folds: int = 0
+
+
+def _walk_forward(
+    table: TelemetryTable,
+    rl: Any,
+    x: np.ndarray,
+    config: EvalConfig,
+    first: float,
+    last: float,
+    timer: _Timer,
+) -> ScoredRows:
+    """Retrain at ``first``, ``first + retrain_every``, ... and score each following period up to ``last``."""
+    ts = table.timestamp
+    picked: list[np.ndarray] = []
+    scores: list[np.ndarray] = []
+    fold_start = first
+    while fold_start < last:
+        fold_end = min(fold_start + config.retrain_every_s, last)
+        train = np.flatnonzero(
+            rl.usable & (ts >= fold_start - config.train_window_s) & (ts <= fold_start - config.horizon_s)
+        )
+        target = np.flatnonzero(rl.usable & (ts >= fold_start) & (ts < fold_end))
+        if target.size:
+            t0 = time.perf_counter()
+            try:
+                model = fit(config.kind, x[train], rl.positive[train], seed=config.seed, max_negatives=config.max_negatives)
+            except NotEnoughData:
+                model = None
+            t1 = time.perf_counter()
+            scores.append(model.score(x[target]) if model is not None else np.zeros(target.size))
+            timer.train += t1 - t0
+            timer.score += time.perf_counter() - t1
+            timer.folds += 1
+            picked.append(target)
+        fold_start = fold_end
+    rows = np.concatenate(picked) if picked else np.empty(0, dtype=np.int64)
+    score = np.concatenate(scores) if scores else np.empty(0)
+    order = np.argsort(rows, kind="stable")  # back to (gpu, time) order, which alarm de-duplication relies on
+    rows, score = rows[order], score[order]
+    return ScoredRows(gpu=table.gpu[rows], timestamp=ts[rows], score=score, next_failure=rl.next_failure[rows])
+
+
+def _positive(rows: ScoredRows, horizon: float) -> np.ndarray:
+    with np.errstate(invalid="ignore"):
+        return rows.next_failure - rows.timestamp <= horizon
+
+
+def _failure_outcomes(
+    table: TelemetryTable,
+    rows: ScoredRows,
+    threshold: float,
+    horizon: float,
+    failures: tuple[np.ndarray, np.ndarray],
+    period: tuple[float, float],
+) -> tuple[tuple[tuple[str, float], ...], tuple[tuple[str, float], ...]]:
+    """Which test-part failures were caught (for per-kind recall in the benchmark)."""
+    alarm_rows = raise_alarms(rows, threshold, horizon)
+    true = {
+        (int(rows.gpu[i]), float(rows.next_failure[i]))
+        for i in alarm_rows
+        if rows.next_failure[i] - rows.timestamp[i] <= horizon
+    }
+    start, end = period
+    scored = set(np.unique(rows.gpu).tolist())
+    caught, missed = [], []
+    for g, ft in zip(*failures, strict=True):
+        if not (start + horizon <= ft <= end) or int(g) not in scored:
+            continue
+        entry = (table.gpu_names[int(g)], float(ft))
+        (caught if (int(g), float(ft)) in true else missed).append(entry)
+    return tuple(caught), tuple(missed)

@@ -1,0 +1,132 @@
+"""Reads of telemetry for the node page, the API and /metrics, each in a fixed number of queries (no N+1: a
+cluster of a thousand GPUs costs the same number of round trips as one of four)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.db.models import Count, Max, OuterRef, QuerySet, Subquery
+from django.utils import timezone
+
+from portal.jobs.models import Allocation, Job
+from portal.nodes.models import Gpu, Node
+from scheduling.core.states import JobState
+from scheduling.live.models import SchedulerRound
+from telemetry.models import Alert, FailureModel, GpuHealthEvent, NodeTelemetry, XidRecord
+from telemetry.xid import describe
+
+#: How many XIDs, health events and alerts the node page lists.
+RECENT = 20
+
+
+def gpus_with_telemetry() -> QuerySet[Gpu]:
+    """Present GPUs with their node, latest sample, risk, the job holding each (``job_id``, ``tenant``) and the
+    last XID it reported (``last_xid``), in one query."""
+    holder = Allocation.objects.filter(gpu=OuterRef("pk"), released_at__isnull=True).order_by("-pk")
+    last_xid = XidRecord.objects.filter(gpu=OuterRef("pk")).order_by("-at", "-pk")
+    return (
+        Gpu.objects.filter(present=True)
+        .select_related("node", "latest_sample", "risk")
+        .annotate(
+            job_id=Subquery(holder.values("job_id")[:1]),
+            tenant=Subquery(holder.values("job__tenant__slug")[:1]),
+            last_xid=Subquery(last_xid.values("xid")[:1]),
+        )
+        .order_by("node__name", "index")
+    )
+
+
+def alert_list(*, node: str | None = None, active: bool | None = None) -> QuerySet[Alert]:
+    """Alerts, newest first, optionally of one node and only the active (or only the resolved) ones."""
+    alerts = Alert.objects.select_related("node", "gpu")
+    if node:
+        alerts = alerts.filter(node__name=node)
+    if active is not None:
+        alerts = alerts.filter(resolved_at__isnull=active)
+    return alerts
+
+
+@dataclass(frozen=True)
+class NodePage:
+    """Everything the node page shows."""
+
+    node: Node
+    gpus: list[Gpu]
+    telemetry: NodeTelemetry | None
+    xids: list[tuple[XidRecord, str]]
+    events: list[GpuHealthEvent]
+    alerts: list[Alert]
+    risk_threshold: float
+    now: datetime = field(default_factory=timezone.now)
+
+
+def node_page(*, name: str, risk_threshold: float) -> NodePage | None:
+    """The node called ``name`` with its GPUs' latest telemetry, health, risk, recent XIDs, health events and
+    alerts (active ones first); None if there is no such node. Seven queries whatever the node's size."""
+    node = Node.objects.filter(name=name).first()
+    if node is None:
+        return None
+    gpus = list(gpus_with_telemetry().filter(node=node))
+    xids = list(XidRecord.objects.filter(gpu__node=node).select_related("gpu")[:RECENT])
+    events = list(GpuHealthEvent.objects.filter(gpu__node=node).select_related("gpu")[:RECENT])
+    alerts = list(alert_list(node=name).order_by("resolved_at", "-at")[:RECENT])
+    return NodePage(
+        node=node,
+        gpus=gpus,
+        telemetry=NodeTelemetry.objects.filter(pk=node.pk).first(),
+        xids=[(x, describe(x.xid)) for x in xids],
+        events=events,
+        alerts=sorted(alerts, key=lambda a: (a.resolved_at is not None, -a.at.timestamp())),
+        risk_threshold=risk_threshold,
+    )
+
+
+@dataclass(frozen=True)
+class MetricsData:
+    """What /metrics exposes, read in one go so the collector itself never touches the database."""
+
+    gpus: list[Gpu]
+    jobs_by_state: dict[str, int]
+    pending_by_reason: dict[str, int]
+    last_round: SchedulerRound | None
+    rounds_5m: int
+    round_max_ms_5m: float | None
+    nodes: list[tuple[str, str, NodeTelemetry | None]]  # name, hostname, bookkeeping
+    active_model: FailureModel | None
+    active_alerts: dict[str, int]
+
+
+def metrics_data(*, now: datetime | None = None) -> MetricsData:
+    """The data behind ``GET /metrics``, in nine queries regardless of cluster size."""
+    now = now or timezone.now()
+    jobs_by_state = {s.value: 0 for s in JobState}
+    jobs_by_state.update(dict(Job.objects.values("state").annotate(n=Count("pk")).values_list("state", "n")))
+    pending = dict(
+        Job.objects.filter(state=JobState.PENDING.value)
+        .values("reason_code")
+        .annotate(n=Count("pk"))
+        .values_list("reason_code", "n")
+    )
+    recent = SchedulerRound.objects.filter(at__gte=now - timedelta(minutes=5)).aggregate(
+        n=Count("pk"), worst=Max("duration_ms")
+    )
+    telemetry = {t.node_id: t for t in NodeTelemetry.objects.all()}
+    nodes = [(n.name, n.hostname, telemetry.get(n.pk)) for n in Node.objects.order_by("name")]
+    alerts = dict(
+        Alert.objects.filter(resolved_at__isnull=True)
+        .values("severity")
+        .annotate(n=Count("pk"))
+        .values_list("severity", "n")
+    )
+    return MetricsData(
+        gpus=list(gpus_with_telemetry()),
+        jobs_by_state=jobs_by_state,
+        pending_by_reason={(k or "unknown"): v for k, v in pending.items()},
+        last_round=SchedulerRound.objects.order_by("-at").first(),
+        rounds_5m=recent["n"] or 0,
+        round_max_ms_5m=recent["worst"],
+        nodes=nodes,
+        active_model=FailureModel.objects.filter(active=True).defer("artifact").first(),
+        active_alerts=alerts,
+    )
