@@ -86,10 +86,14 @@ class TelemetryShipper:
         self.samples_per_post = samples_per_post
         self.wall_clock = wall_clock
         self.failing = False
+        #: Set by the first registration: before it the portal does not know this node's GPUs and would reject
+        #: their samples, so they wait in the outbox.
+        self.registered = threading.Event()
 
     def on_registered(self, registration: Registration) -> None:
         if self.fixed_interval is None:
             self.interval = registration.sample_interval
+        self.registered.set()
 
     @property
     def dropped(self) -> int:
@@ -108,6 +112,8 @@ class TelemetryShipper:
 
     def ship(self) -> bool:
         """Send what is buffered, oldest first. Returns False if the portal could not take it (kept for later)."""
+        if not self.registered.is_set():
+            return False
         for _ in range(MAX_POSTS_PER_TICK):
             samples = self.samples.peek(self.samples_per_post)
             xids = self.xids.peek(self.samples_per_post)

@@ -42,9 +42,7 @@ def big_snapshot(*, nodes: int = 1250, gpus_per_node: int = 8, jobs: int = 25_00
         else:
             views.append(JobView(id=i, tenant=f"t{i % 20}", user=f"u{i % 300}", gpus=gpus, submit_time=submit,
                                  duration=duration))  # fmt: skip
-    node_views = tuple(
-        NodeView(f"n{n}", gpus_per_node, tuple(free[n]), rack=f"r{n // 32}") for n in range(nodes)
-    )
+    node_views = tuple(NodeView(f"n{n}", gpus_per_node, tuple(free[n]), rack=f"r{n // 32}") for n in range(nodes))
     return Snapshot(node_views, tuple(views))
 
 

@@ -25,6 +25,18 @@ def _periodic_tasks(sender: Celery, **_: object) -> None:
     # 1.3 x CORRAL_NODE_TIMEOUT.
     sweep = min(10.0, max(1.0, settings.CORRAL_NODE_TIMEOUT / 3))
     sender.add_periodic_task(sweep, _task("scheduling.live.tasks.sweep_nodes"), expires=sweep, name="sweep-nodes")
+    # Telemetry rollups: each run rebuilds the last few 1-minute buckets and the current hour (idempotent upserts);
+    # expires after one period so a stalled worker never queues a backlog of identical runs.
+    sender.add_periodic_task(60.0, _task("telemetry.tasks.rollup_samples"), expires=60.0, name="telemetry-rollup")
+    # Failure-risk scoring on the hourly rollups: every 5 minutes is ample for a 24 h horizon. On a fresh install
+    # it also requests the first model training.
+    sender.add_periodic_task(300.0, _task("telemetry.tasks.score_gpus"), expires=300.0, name="telemetry-score")
+    # Retention: hourly; deletes in chunks, so a missed run only leaves a little more for the next one.
+    sender.add_periodic_task(3600.0, _task("telemetry.tasks.prune_samples"), expires=3600.0, name="telemetry-prune")
+    # Sliding retraining of the failure predictor on the latest window: daily, seconds to minutes of one core.
+    sender.add_periodic_task(
+        86_400.0, _task("telemetry.tasks.train_failure_model"), expires=3600.0, name="telemetry-train"
+    )
 
 
 def _task(name: str):  # noqa: ANN202 - a Celery signature

@@ -70,4 +70,3 @@ class FailureLabel:
     gpu_uuid: str
     failed_at: float
     cause: str = ""
-

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db.models import Count, Max, OuterRef, QuerySet, Subquery
 from django.utils import timezone
 
@@ -57,13 +58,25 @@ class NodePage:
     xids: list[tuple[XidRecord, str]]
     events: list[GpuHealthEvent]
     alerts: list[Alert]
-    risk_threshold: float
+    risk_threshold: float | None  # None: no validated threshold, scores are shown but nothing is cordoned
     now: datetime = field(default_factory=timezone.now)
 
 
-def node_page(*, name: str, risk_threshold: float) -> NodePage | None:
+def risk_threshold(model: FailureModel | None) -> float | None:
+    """The score at or above which a GPU is cordoned: ``CORRAL_RISK_THRESHOLD`` when set, else the model's own
+    alarm threshold, chosen on held-out data for a target precision. None (never cordon, only show scores) when
+    the model could not meet that target: a threshold that misses it would cordon healthy GPUs by the dozen."""
+    configured = getattr(settings, "CORRAL_RISK_THRESHOLD", None)
+    if configured is not None:
+        return float(configured)
+    if model is None or not model.metrics.get("target_met"):
+        return None
+    return float(model.metrics["threshold"])
+
+
+def node_page(*, name: str) -> NodePage | None:
     """The node called ``name`` with its GPUs' latest telemetry, health, risk, recent XIDs, health events and
-    alerts (active ones first); None if there is no such node. Seven queries whatever the node's size."""
+    alerts (active ones first); None if there is no such node. Six queries whatever the node's size."""
     node = Node.objects.filter(name=name).first()
     if node is None:
         return None
@@ -78,7 +91,7 @@ def node_page(*, name: str, risk_threshold: float) -> NodePage | None:
         xids=[(x, describe(x.xid)) for x in xids],
         events=events,
         alerts=sorted(alerts, key=lambda a: (a.resolved_at is not None, -a.at.timestamp())),
-        risk_threshold=risk_threshold,
+        risk_threshold=risk_threshold(FailureModel.objects.filter(active=True).defer("artifact").first()),
     )
 
 

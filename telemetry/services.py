@@ -49,6 +49,7 @@ from telemetry.models import (
 from telemetry.retry import FailureOrigin, failure_origin
 from telemetry.sample import GpuSample, XidEvent
 from telemetry.schema import FailureLabel, TelemetryRow
+from telemetry.selectors import risk_threshold
 from telemetry.table import TelemetryTable, table_from_rows
 from telemetry.xid import FATAL_XIDS, XidClass, classify
 
@@ -153,11 +154,13 @@ def _store_batch(
 ) -> _Stored:
     out = _Stored()
     # The node's bookkeeping row doubles as the lock that serialises its batches.
-    NodeTelemetry.objects.bulk_create([NodeTelemetry(node=node)], ignore_conflicts=True)
-    state = NodeTelemetry.objects.select_for_update().get(pk=node.pk)
+    state = NodeTelemetry.objects.select_for_update().filter(pk=node.pk).first()
+    if state is None:  # the node's first batch
+        NodeTelemetry.objects.bulk_create([NodeTelemetry(node=node)], ignore_conflicts=True)
+        state = NodeTelemetry.objects.select_for_update().get(pk=node.pk)
     uuids = {s.gpu_uuid for s in samples} | {e.gpu_uuid for e in xid_events}
-    gpus = {g.uuid: g for g in Gpu.objects.filter(node=node, uuid__in=uuids)}
-    latest = {row.gpu_id: row for row in LatestSample.objects.filter(gpu_id__in=[g.pk for g in gpus.values()])}
+    gpus = {g.uuid: g for g in Gpu.objects.filter(node=node, uuid__in=uuids).select_related("latest_sample")}
+    latest = {g.pk: g.latest_sample for g in gpus.values() if _has_latest(g)}
 
     horizon = now + MAX_CLOCK_AHEAD
     ids = {uuid: gpu.pk for uuid, gpu in gpus.items()}
@@ -214,6 +217,13 @@ def _store_batch(
                 (gpu.pk, verdict, _first_fatal_xid(fresh.get(gpu.pk, ()), events_by_gpu.get(uuid, ())))
             )
     return out
+
+
+def _has_latest(gpu: Gpu) -> bool:
+    try:
+        return gpu.latest_sample is not None
+    except LatestSample.DoesNotExist:
+        return False
 
 
 def _as_context(row: LatestSample, gpu: Gpu) -> GpuSample:
@@ -803,7 +813,7 @@ def failure_model_train(
     version = (FailureModel.objects.aggregate(v=Max("version"))["v"] or 0) + 1
     labels = failure_labels(since=since)
     metadata: dict[str, Any] = {"recorded_failures": len(labels), "min_failures": min_failures}
-    artifact = None
+    artifact, source = None, "synthetic"
     with _predictor_threads():
         if len(labels) >= min_failures:
             table = _history_table(hourly_rows(since=since, until=now))
@@ -836,10 +846,13 @@ def failure_model_train(
                 seed=version,
             )
             source = "synthetic"
+            because = metadata.get("stored_data_refused") or (
+                f"{len(labels)} recorded failure(s) in the last {window_days:g} days, {min_failures} needed"
+            )
             metadata["why_synthetic"] = (
-                f"{len(labels)} recorded failure(s) in the last {window_days:g} days, {min_failures} needed: trained "
-                f"on a synthetic fleet of {config.gpus} GPUs over {config.days:g} days (seed {config.seed}) so the "
-                "predictor has a model. Its scores demonstrate the pipeline; they are not a forecast for this site."
+                f"{because}: trained on a synthetic fleet of {config.gpus} GPUs over {config.days:g} days "
+                f"(seed {config.seed}) so the predictor has a model. Its scores demonstrate the pipeline; they are "
+                "not a forecast for this site."
             )
     header = artifact.header
     metrics = {
@@ -851,7 +864,7 @@ def failure_model_train(
     }
     metadata.update({"kind": str(header.kind), "content_version": header.version, "libraries": header.libraries})
     with transaction.atomic():
-        FailureModel.objects.select_for_update().filter(active=True).update(active=False)
+        FailureModel.objects.filter(active=True).update(active=False)
         created = FailureModel.objects.create(
             version=version,
             source=source,
@@ -867,18 +880,6 @@ def failure_model_train(
     return created
 
 
-def risk_threshold(model: FailureModel | None) -> float | None:
-    """The score at or above which a GPU is cordoned: ``CORRAL_RISK_THRESHOLD`` when set, else the model's own
-    alarm threshold, chosen on held-out data for a target precision. None (never cordon, only show scores) when
-    the model could not meet that target: a threshold that misses it would cordon healthy GPUs by the dozen."""
-    configured = _setting("CORRAL_RISK_THRESHOLD", None)
-    if configured is not None:
-        return float(configured)
-    if model is None or not model.metrics.get("target_met"):
-        return None
-    return float(model.metrics["threshold"])
-
-
 @dataclass(frozen=True, slots=True)
 class ScoreResult:
     model_version: int | None
@@ -890,9 +891,10 @@ def gpus_score(*, now: datetime | None = None) -> ScoreResult:
     """Score every present GPU with recent hourly history using the active model, store each GPU's latest risk,
     and soft-cordon healthy GPUs at or above :func:`risk_threshold`.
 
-    A GPU is cordoned at most once per model horizon (an admin who cleared a cordon is not overruled by the next
-    run), and GPUs with fewer than ``CORRAL_RISK_MIN_HOURS`` (default 3) hours of history are not scored: a model
-    reading two rows of a brand-new GPU mostly sees its youth. Does nothing without an active model.
+    Every GPU with an hourly row in the last two hours is scored (so a fresh cluster's page shows risks at once),
+    but only one with at least ``CORRAL_RISK_MIN_HOURS`` (default 6) hours of history is cordoned: a model reading
+    two rows of a brand-new GPU mostly sees its youth. A GPU is cordoned at most once per model horizon (an admin
+    who cleared a cordon is not overruled by the next run). Does nothing without an active model.
     """
     from telemetry.predict.artifact import ModelArtifact
     from telemetry.predict.training import score_latest
@@ -911,14 +913,10 @@ def gpus_score(*, now: datetime | None = None) -> ScoreResult:
     if table is None:
         return ScoreResult(model.version, 0)
     rows_per_gpu = np.bincount(table.gpu, minlength=len(table.gpu_names))
-    enough = {
-        name
-        for code, name in enumerate(table.gpu_names)
-        if rows_per_gpu[code] >= int(_setting("CORRAL_RISK_MIN_HOURS", 3))
-    }
+    min_hours = int(_setting("CORRAL_RISK_MIN_HOURS", 6))
+    enough = {name for code, name in enumerate(table.gpu_names) if rows_per_gpu[code] >= min_hours}
     with _predictor_threads():
-        scored = {r.gpu_uuid: r.score for r in score_latest(artifact, table, first_seen=_first_seen(recent))}
-    scores = {uuid: score for uuid, score in scored.items() if uuid in enough}
+        scores = {r.gpu_uuid: r.score for r in score_latest(artifact, table, first_seen=_first_seen(recent))}
     ids = dict(Gpu.objects.filter(uuid__in=scores).values_list("uuid", "pk"))
     GpuRisk.objects.bulk_create(
         [GpuRisk(gpu_id=ids[u], risk=r, model=model, scored_at=now) for u, r in scores.items() if u in ids],
@@ -929,7 +927,7 @@ def gpus_score(*, now: datetime | None = None) -> ScoreResult:
     threshold = risk_threshold(model)
     if threshold is None:
         return ScoreResult(model.version, len(scores))
-    at_risk = {u for u, r in scores.items() if r >= threshold and u in ids}
+    at_risk = {u for u, r in scores.items() if r >= threshold and u in ids and u in enough}
     recently = set(
         GpuHealthEvent.objects.filter(
             gpu__uuid__in=at_risk, kind=HealthEventKind.CORDONED, at__gte=now - timedelta(seconds=model.horizon_s)

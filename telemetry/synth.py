@@ -89,8 +89,8 @@ class Fleet:
     labels: list[FailureLabel]
     #: GPU UUID -> failure kind, for GPUs that failed (ground truth beyond labels.csv, for tests and docs).
     kinds: dict[str, FailureKind] = field(default_factory=dict)
-    #: GPU UUIDs that had a precursor episode and did not fail.
-    false_alarm_gpus: frozenset[str] = frozenset()
+    #: GPU UUID -> kinds of the precursor-like episodes it had without failing (``weak_cell``, ``pcie``, ``hot``).
+    false_alarm_gpus: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 def generate(config: FleetConfig) -> Fleet:
@@ -114,6 +114,20 @@ class _Node:
 
 
 @dataclass(slots=True)
+class _Channels:
+    """Per-step latent rates for one GPU, which faults add to before readings are drawn from them."""
+
+    sbe_rate: np.ndarray  # corrected ECC errors per hour from degrading memory
+    burst_rate: np.ndarray  # corrected ECC errors per hour from weak cells that a single remap will fix
+    burst_remaps: np.ndarray  # rows remapped at the end of each weak-cell burst
+    pcie_rate: np.ndarray
+    temp_extra: np.ndarray
+    power_sigma: np.ndarray
+    brake_p: np.ndarray
+    other_xid_rate: np.ndarray
+
+
+@dataclass(slots=True)
 class _Columns:
     parts: dict[str, list[np.ndarray]] = field(default_factory=lambda: {c: [] for c in NUMERIC_COLUMNS})
     ts: list[np.ndarray] = field(default_factory=list)
@@ -131,7 +145,7 @@ class _Generator:
         self.t = config.start + config.interval_s * np.arange(1, self.steps + 1, dtype=np.float64)
         self.labels: list[FailureLabel] = []
         self.kinds: dict[str, FailureKind] = {}
-        self.false_alarm: set[str] = set()
+        self.false_alarm: dict[str, tuple[str, ...]] = {}
         self.out = _Columns()
 
     def run(self) -> Fleet:
@@ -215,12 +229,16 @@ class _Generator:
 
         # Baselines shared by every GPU.
         background = rng.lognormal(math.log(0.01), 1.0) if rng.random() < 0.15 else 0.0
-        sbe_rate = np.full(length, background)
-        pcie_rate = np.full(length, rng.lognormal(math.log(1.0), 0.7) if rng.random() < 0.05 else 0.001)
-        temp_extra = node.thermal[sl] + (rng.uniform(6, 10) if rng.random() < 0.02 else 0.0)
-        power_sigma = np.full(length, 8.0)
-        brake_p = np.zeros(length)
-        other_xid_rate = np.full(length, 0.0005)
+        ch = _Channels(
+            sbe_rate=np.full(length, background),
+            burst_rate=np.zeros(length),
+            burst_remaps=np.zeros(length),
+            pcie_rate=np.full(length, rng.lognormal(math.log(1.0), 0.7) if rng.random() < 0.05 else 0.001),
+            temp_extra=node.thermal[sl] + (rng.uniform(6, 10) if rng.random() < 0.02 else 0.0),
+            power_sigma=np.full(length, 8.0),
+            brake_p=np.zeros(length),
+            other_xid_rate=np.full(length, 0.0005),
+        )
 
         kind: FailureKind | None = None
         if fails:
@@ -230,23 +248,23 @@ class _Generator:
                 onset = max(0, length - lead)
                 p = np.zeros(length)
                 p[onset:] = np.linspace(0, 1, length - onset, endpoint=False)
-                self._precursor(rng, kind, p, sbe_rate, pcie_rate, temp_extra, power_sigma, brake_p, other_xid_rate)
+                _precursor(rng, kind, p, ch)
         for start, _ in self._episodes(rng, rate_per_year=c.false_precursor_rate, hours=(1, 1), span=length):
-            self._false_precursor(rng, start, length, sbe_rate, pcie_rate, temp_extra, power_sigma)
+            episode = _false_precursor(rng, (np.arange(length) - start) * dt, ch)
             if not fails:
-                self.false_alarm.add(uuid)
+                self.false_alarm[uuid] = (*self.false_alarm.get(uuid, ()), episode)
 
         # Readings.
-        temp = 27 + node.ambient + rng.normal(0, 1.5) + 0.38 * util + temp_extra + rng.normal(0, 1.2, length)
+        temp = 27 + node.ambient + rng.normal(0, 1.5) + 0.38 * util + ch.temp_extra + rng.normal(0, 1.2, length)
         thermal_p = np.clip((temp - 83) / 6, 0, 1)
         sw_thermal = rng.random(length) < thermal_p
         hw_thermal = temp > 89
         clock = model.idle_clock + (model.max_clock - model.idle_clock) * np.minimum(1, util / 40)
-        clock = clock * (1 - 0.25 * np.clip((temp - 85) / 10, 0, 1)) * (1 - 0.15 * (rng.random(length) < brake_p))
-        power = 65 + model.watts_per_util * util * (clock / model.max_clock) + rng.normal(0, 1, length) * power_sigma
+        brake = rng.random(length) < ch.brake_p
+        clock = clock * (1 - 0.25 * np.clip((temp - 85) / 10, 0, 1)) * (1 - 0.15 * brake)
+        power = 65 + model.watts_per_util * util * (clock / model.max_clock) + rng.normal(0, 1, length) * ch.power_sigma
         power = np.maximum(power, 40)
         cap = busy & (util > 90) & (rng.random(length) < 0.3)
-        brake = rng.random(length) < brake_p
         throttle = (
             np.where(~busy, int(Throttle.GPU_IDLE), 0)
             | np.where(sw_thermal, int(Throttle.SW_THERMAL_SLOWDOWN), 0)
@@ -256,20 +274,22 @@ class _Generator:
         )
         mem_used = np.where(busy, node.mem_frac[sl] * model.memory_mb, rng.uniform(300, 900, length))
 
-        sbe_new = rng.poisson(sbe_rate * dt)
+        # Degrading memory spreads over many rows, so its remaps keep coming; a weak cell costs one remap.
+        degrading = rng.poisson(ch.sbe_rate * dt)
+        sbe_new = degrading + rng.poisson(ch.burst_rate * dt)
         sbe0 = rng.poisson(background * age_days * 24 * 0.5) + (rng.integers(100, 5000) if rng.random() < 0.05 else 0)
         sbe_total = sbe0 + np.cumsum(sbe_new)
-        repairs_new = rng.poisson(sbe_new / rng.uniform(20, 80))
+        repairs_new = rng.poisson(degrading / rng.uniform(20, 80)) + ch.burst_remaps
         repairs_total = int(rng.poisson(sbe0 / 200)) + np.cumsum(repairs_new)
         dbe_total = np.full(length, 1 if rng.random() < 0.02 else 0)
-        pcie_total = np.cumsum(rng.poisson(pcie_rate * dt))
+        pcie_total = np.cumsum(rng.poisson(ch.pcie_rate * dt))
 
         # XIDs: one code per row, the most serious one of the interval.
         xid = np.zeros(length, dtype=np.int64)
         app_rate = np.where(busy, 0.002, 0.0) + np.where(node.storm[sl] & busy, 0.3, 0.0)
         app_hits = rng.random(length) < 1 - np.exp(-app_rate * dt)
         xid[app_hits] = rng.choice([13, 31, 43, 45, 68], size=int(app_hits.sum()), p=[0.3, 0.35, 0.2, 0.1, 0.05])
-        other_hits = rng.random(length) < 1 - np.exp(-other_xid_rate * dt)
+        other_hits = rng.random(length) < 1 - np.exp(-ch.other_xid_rate * dt)
         xid[other_hits] = rng.choice([61, 62, 8], size=int(other_hits.sum()))
         xid[repairs_new > 0] = 63
 
@@ -324,61 +344,6 @@ class _Generator:
         codes, weights = options[kind]
         return int(rng.choice(codes, p=weights))
 
-    @staticmethod
-    def _precursor(
-        rng: np.random.Generator,
-        kind: FailureKind,
-        p: np.ndarray,
-        sbe_rate: np.ndarray,
-        pcie_rate: np.ndarray,
-        temp_extra: np.ndarray,
-        power_sigma: np.ndarray,
-        brake_p: np.ndarray,
-        other_xid_rate: np.ndarray,
-    ) -> None:
-        """Add a failing GPU's precursor; ``p`` runs from 0 at onset towards 1 at the failure (0 before onset)."""
-        active = p > 0
-        if kind is FailureKind.MEMORY:
-            r0, growth = rng.lognormal(math.log(0.8), 1.0), rng.uniform(2.0, 4.5)
-            sbe_rate += np.where(active, r0 * np.exp(growth * p), 0.0)
-        elif kind is FailureKind.THERMAL:
-            temp_extra += rng.uniform(6, 22) * p**1.5
-        elif kind is FailureKind.LINK:
-            q0, growth = rng.lognormal(math.log(0.5), 1.0), rng.uniform(2.0, 4.5)
-            pcie_rate += np.where(active, q0 * np.exp(growth * p), 0.0)
-            power_sigma += rng.uniform(20, 80) * p
-            brake_p += 0.4 * p
-            other_xid_rate += 0.05 * p
-
-    def _false_precursor(
-        self,
-        rng: np.random.Generator,
-        start: int,
-        length: int,
-        sbe_rate: np.ndarray,
-        pcie_rate: np.ndarray,
-        temp_extra: np.ndarray,
-        power_sigma: np.ndarray,
-    ) -> None:
-        """A precursor-like episode that resolves by itself, starting at step ``start`` of this GPU's life."""
-        k = np.arange(length) - start
-        hours = k * self.dt_h
-        roll = rng.random()
-        if roll < 0.5:  # ECC burst: rises over hours, peaks, fades
-            rise, half_life = rng.uniform(3, 24), rng.uniform(4, 72)
-            r0, peak = rng.lognormal(math.log(0.8), 1.0), rng.uniform(5, 60)
-            shape = np.where(hours < 0, 0.0, np.where(hours < rise, hours / rise, 0.5 ** ((hours - rise) / half_life)))
-            sbe_rate += r0 * peak * shape
-        elif roll < 0.75:  # PCIe replay burst, e.g. a reseated cable or a noisy neighbour on the switch
-            duration = rng.uniform(2, 48)
-            in_burst = (hours >= 0) & (hours < duration)
-            pcie_rate += np.where(in_burst, rng.lognormal(math.log(0.5), 1.0) * rng.uniform(5, 40), 0.0)
-            power_sigma += np.where(in_burst, rng.uniform(5, 25), 0.0)
-        else:  # runs hot for days, then recovers (dust, a fan curve, a neighbour's exhaust)
-            ramp, hold, amp = rng.uniform(6, 48), rng.uniform(12, 120), rng.uniform(5, 15)
-            shape = np.clip(hours / ramp, 0, 1) * (hours < ramp + hold)
-            temp_extra += amp * shape
-
     def _emit(self, node: str, uuid: str, sl: slice, cols: dict[str, np.ndarray]) -> None:
         out = self.out
         n = sl.stop - sl.start
@@ -405,5 +370,52 @@ class _Generator:
             table=table,
             labels=sorted(self.labels, key=lambda lb: lb.failed_at),
             kinds=dict(self.kinds),
-            false_alarm_gpus=frozenset(self.false_alarm),
+            false_alarm_gpus=dict(self.false_alarm),
         )
+
+
+def _precursor(rng: np.random.Generator, kind: FailureKind, p: np.ndarray, ch: _Channels) -> None:
+    """Add a failing GPU's precursor; ``p`` runs from 0 at onset towards 1 at the failure (0 before onset)."""
+    active = p > 0
+    if kind is FailureKind.MEMORY:
+        r0, growth = rng.lognormal(math.log(0.8), 1.0), rng.uniform(2.0, 4.5)
+        ch.sbe_rate += np.where(active, r0 * np.exp(growth * p), 0.0)
+    elif kind is FailureKind.THERMAL:
+        ch.temp_extra += rng.uniform(10, 25) * p**1.5
+    elif kind is FailureKind.LINK:
+        q0, growth = rng.lognormal(math.log(0.5), 1.0), rng.uniform(2.0, 4.5)
+        ch.pcie_rate += np.where(active, q0 * np.exp(growth * p), 0.0)
+        ch.power_sigma += rng.uniform(20, 80) * p
+        ch.brake_p += 0.4 * p
+        ch.other_xid_rate += 0.05 * p
+
+
+def _false_precursor(rng: np.random.Generator, hours: np.ndarray, ch: _Channels) -> str:
+    """A precursor-like episode that resolves by itself; ``hours`` is time since its start at each step. Returns
+    the episode's kind."""
+    roll = rng.random()
+    if roll < 0.5:
+        # A weak memory cell: corrected errors pour in until the driver remaps its row, then stop. One in four
+        # episodes has a few such cells in succession over a day or three, which looks more like decline.
+        bursts = 1 if rng.random() < 0.75 else int(rng.integers(2, 5))
+        at = 0.0
+        for _ in range(bursts):
+            duration = rng.uniform(1, 12)
+            rate = rng.lognormal(math.log(0.8), 1.0) * rng.uniform(5, 60)
+            ch.burst_rate += np.where((hours >= at) & (hours < at + duration), rate, 0.0)
+            end = np.flatnonzero(hours >= at + duration)
+            if end.size:
+                ch.burst_remaps[end[0]] += 1
+            at += duration + rng.uniform(2, 30)
+        return "weak_cell"
+    if roll < 0.75:  # PCIe replay burst, e.g. a reseated cable or a noisy neighbour on the switch
+        duration = rng.uniform(2, 48)
+        in_burst = (hours >= 0) & (hours < duration)
+        ch.pcie_rate += np.where(in_burst, rng.lognormal(math.log(0.5), 1.0) * rng.uniform(5, 40), 0.0)
+        ch.power_sigma += np.where(in_burst, rng.uniform(5, 25), 0.0)
+        return "pcie"
+    # runs hot for days, then recovers (dust, a fan curve, a neighbour's exhaust)
+    ramp, hold, amp = rng.uniform(6, 48), rng.uniform(12, 120), rng.uniform(4, 12)
+    shape = np.clip(hours / ramp, 0, 1) * (hours < ramp + hold)
+    ch.temp_extra += amp * shape
+    return "hot"

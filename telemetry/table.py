@@ -105,9 +105,7 @@ def table_from_codes(
 def table_from_rows(rows: Iterable[TelemetryRow]) -> TelemetryTable:
     """A table from row objects (what an exporter builds from the database)."""
     materialised = list(rows)
-    values = {
-        c: np.array([_nan(getattr(r, c)) for r in materialised], dtype=np.float64) for c in NUMERIC_COLUMNS
-    }
+    values = {c: np.array([_nan(getattr(r, c)) for r in materialised], dtype=np.float64) for c in NUMERIC_COLUMNS}
     return build_table(
         np.array([r.timestamp for r in materialised], dtype=np.float64),
         [r.node for r in materialised],

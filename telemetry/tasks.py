@@ -9,7 +9,7 @@ from django.core.mail import mail_admins
 from django.db import OperationalError
 
 from telemetry import services
-from telemetry.models import Alert
+from telemetry.models import Alert, FailureModel
 
 _RETRY = {"autoretry_for": (OperationalError,), "retry_backoff": True, "max_retries": 3, "ignore_result": True}
 
@@ -28,8 +28,11 @@ def prune_samples() -> dict[str, int]:
 
 @shared_task(**_RETRY)
 def score_gpus() -> dict[str, object]:
-    """Score every GPU with the active failure model; cordon those above the threshold."""
+    """Score every GPU with the active failure model; cordon those above the threshold. On a fresh install with
+    no model yet, ask for the first training now rather than at the daily retrain (a demo would wait a day)."""
     result = services.gpus_score()
+    if result.model_version is None and not FailureModel.objects.exists():
+        train_failure_model.delay()
     return {"model": result.model_version, "scored": result.scored, "cordoned": list(result.cordoned)}
 
 

@@ -47,7 +47,7 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def node_detail_view(request: HttpRequest, name: str) -> HttpResponse:
-    page = node_page(name=name, risk_threshold=float(getattr(settings, "CORRAL_RISK_THRESHOLD", 0.5)))
+    page = node_page(name=name)
     if page is None:
         raise Http404("No such node.")
     context = {"page": page, "node": page.node}

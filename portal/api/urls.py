@@ -14,6 +14,8 @@ urlpatterns = [
     path("agent/register/", agent_views.RegisterView.as_view(), name="agent-register"),
     path("agent/heartbeat/", agent_views.HeartbeatView.as_view(), name="agent-heartbeat"),
     path("agent/samples/", telemetry_api.SamplesView.as_view(), name="agent-samples"),
+    path("telemetry/gpus/", telemetry_api.GpuTelemetryView.as_view(), name="telemetry-gpus"),
+    path("telemetry/alerts/", telemetry_api.AlertListView.as_view(), name="telemetry-alerts"),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("", include(router.urls)),

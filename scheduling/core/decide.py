@@ -9,7 +9,7 @@ round (a policy *name* builds a fresh, history-free one each call).
 from __future__ import annotations
 
 from scheduling.core.engine import needs_preemptive_walk, run_round
-from scheduling.core.model import Decision, JobState, Snapshot
+from scheduling.core.model import Decision, JobState, JobView, Snapshot
 from scheduling.core.placement import PlacementModel, resolve_placement
 from scheduling.core.policies import resolve_policy
 from scheduling.core.policies.base import Policy
@@ -31,11 +31,14 @@ def decide(
     pol = resolve_policy(policy)
     plc = resolve_placement(placement)
     pool = FreePool(snapshot.nodes)
-    running = [job for job in snapshot.jobs if job.state == JobState.RUNNING]
-    if needs_preemptive_walk(pol):
-        candidates = [job for job in snapshot.jobs if job.state == JobState.PENDING or job.state == JobState.RUNNING]
-    else:
-        candidates = [job for job in snapshot.jobs if job.state == JobState.PENDING]
+    running: list[JobView] = []
+    pending: list[JobView] = []
+    for job in snapshot.jobs:
+        if job.state == JobState.PENDING:
+            pending.append(job)
+        elif job.state == JobState.RUNNING:
+            running.append(job)
+    candidates = running + pending if needs_preemptive_walk(pol) else pending
     result = run_round(
         ordered=pol.order(candidates, now),
         running=running,

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
+from operator import attrgetter
 
 from scheduling.core.model import JobId, JobState, JobView, Placement, TenantLimits, Wait, WaitReason
 from scheduling.core.placement import PlacementModel
@@ -27,6 +28,7 @@ from scheduling.core.pool import FreePool
 from scheduling.core.tenancy import Guarantees, Ledger
 
 _RUNNING = JobState.RUNNING
+_gpus = attrgetter("gpus")
 
 
 @dataclass(slots=True)
@@ -193,6 +195,10 @@ def _preemptive_walk(
                     pinned.add(job.id)
         quantum = policy.min_quantum
         whole = pool.complete
+        if not pinned and quantum <= 0 and whole:  # the simulator's usual case: every running job may move
+            movable_jobs = list(running)
+            movable = sum(map(_gpus, movable_jobs))
+            running = ()
         for job in running:
             if job.id in pinned:
                 continue
@@ -229,24 +235,27 @@ def _preemptive_walk(
     kept: set[JobId] = set()
     not_wanted: list[JobView] = []
     check_caps = ledger.active
+    keep, want, pass_over = kept.add, wanted_pending.append, not_wanted.append
+    if budget == 0 and not explain:
+        candidates = iter(())
     for job in candidates:
         cap = ledger.cap_wait(job) if check_caps else None
-        is_running = job.state == _RUNNING
-        if cap is None and job.gpus <= budget:
-            budget -= job.gpus
+        gpus = job.gpus
+        if cap is None and gpus <= budget:
+            budget -= gpus
             if check_caps:
                 ledger.add(job)
-            if is_running:
-                kept.add(job.id)
+            if job.state == _RUNNING:
+                keep(job.id)
             else:
-                wanted_pending.append(job)
-        elif not is_running:
+                want(job)
+            if budget == 0 and not explain:
+                break
+        elif job.state != _RUNNING:
             if cap is not None:
                 waiting[job.id] = cap
             elif explain or budget:
-                not_wanted.append(job)
-        if not explain and budget == 0:
-            break
+                pass_over(job)
 
     # 3. Preempt movable running jobs that were not kept (including any the walk stopped before reaching).
     preempted = [job for job in movable_jobs if job.id not in kept]

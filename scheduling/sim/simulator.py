@@ -264,18 +264,22 @@ class _Simulation:
         heap, jobs = self.heap, self.jobs
         while heap:
             now = heap[0][0]
+            changed = False
             while heap and heap[0][0] == now:
                 _, kind, _, index, token = heapq.heappop(heap)
                 job = jobs[index]
                 if kind == _FINISH:
                     if token == job.token:
                         self._finish(job, now)
+                        changed = True
                 elif kind == _ARRIVE:
                     self._arrive(job, now)
+                    changed = True
                 elif job.wake == now and not job.done:  # a wake-up that is still wanted
                     job.wake = math.inf
-                    self._requeue(job, now)
-            self._round(now)
+                    changed = self._requeue(job, now) or changed
+            if changed or self.policy.version != self.seen_version:
+                self._round(now)
             if self.observer is not None:
                 waiting = [j.view for j in self.jobs if j.view.state == JobState.PENDING and j.index in self.arrived]
                 self.observer.round_done(now, self.pool.total_free, waiting)
@@ -350,12 +354,20 @@ class _Simulation:
             job.wake = expiry
             self._push(expiry, _WAKE, job, 0)
 
-    def _requeue(self, job: _Job, now: float) -> None:
-        """Move a job to where its new key belongs."""
-        lst = self.run_sorted if job.index in self.running else self.pend_sorted
+    def _requeue(self, job: _Job, now: float) -> bool:
+        """Move a woken job to where its new key belongs. True if that can change a round's outcome: any waiting
+        job moving, or a running one that ranks (or ranked) behind the best waiting job. A running job that stays
+        ahead of every waiting one is kept by any round, so its wake-up alone needs no round."""
+        running = job.index in self.running
+        lst = self.run_sorted if running else self.pend_sorted
+        old_key = job.sort_key
         _remove(lst, job)
         self._rekey(job, now)
         insort(lst, job, key=_by_sort_key)
+        if not running:
+            return True
+        pend = self.pend_sorted
+        return bool(pend) and max(old_key, job.sort_key) > pend[0].sort_key
 
     def _rekey_all(self, jobs: list[_Job], now: float) -> None:
         for job in jobs:

@@ -171,7 +171,9 @@ def _walk_forward(
         if target.size:
             t0 = time.perf_counter()
             try:
-                model = fit(config.kind, x[train], rl.positive[train], seed=config.seed, max_negatives=config.max_negatives)
+                model = fit(
+                    config.kind, x[train], rl.positive[train], seed=config.seed, max_negatives=config.max_negatives
+                )
             except NotEnoughData:
                 model = None
             t1 = time.perf_counter()

@@ -80,6 +80,10 @@ def build_features(table: TelemetryTable, *, first_seen: Mapping[str, float] | N
 
     sbe_up = w.increased(sbe)
     repairs_up = w.increased(repairs)
+    # Persistence: a weak cell errs for a few hours until its row is remapped; failing memory errs for days.
+    cols["sbe_active_hours_24h"] = w.count(sbe_up, "24h")
+    cols["sbe_active_hours_72h"] = w.count(sbe_up, "72h")
+    cols["repairs_events_72h"] = w.count(repairs_up, "72h")
     cols["hours_since_sbe"] = w.hours_since(sbe_up)
     cols["hours_since_memory_event"] = w.hours_since(sbe_up | repairs_up | mem)
 
@@ -88,7 +92,7 @@ def build_features(table: TelemetryTable, *, first_seen: Mapping[str, float] | N
     cols["temp_mean_24h"] = w.mean(temp, "24h")
     cols["temp_std_24h"] = w.std(temp, "24h")
     cols["temp_trend_6h_vs_72h"] = cols["temp_mean_6h"] - w.mean(temp, "72h")
-    delta = temp - _node_mean(table, temp)  # a GPU hotter than its neighbours, not a hot room
+    delta = temp - _node_median(table, temp)  # a GPU hotter than its neighbours, not a hot room
     cols["temp_vs_node_6h"] = w.mean(delta, "6h")
     cols["temp_vs_node_24h"] = w.mean(delta, "24h")
     cols["temp_vs_node_trend"] = cols["temp_vs_node_6h"] - w.mean(delta, "72h")
@@ -98,6 +102,9 @@ def build_features(table: TelemetryTable, *, first_seen: Mapping[str, float] | N
     cols["power_mean_24h"] = w.mean(power, "24h")
     cols["power_std_6h"] = w.std(power, "6h")
     cols["power_std_24h"] = w.std(power, "24h")
+    power_delta = power - _node_median(table, power)  # jobs span a node's GPUs: unsteady power stands out
+    cols["power_vs_node_std_6h"] = w.std(power_delta, "6h")
+    cols["power_vs_node_std_24h"] = w.std(power_delta, "24h")
     with np.errstate(divide="ignore", invalid="ignore"):
         cols["power_per_util_24h"] = w.mean(power / np.maximum(util, 5.0), "24h")
     cols["util_mean_24h"] = w.mean(util, "24h")
@@ -210,15 +217,21 @@ class _Windows:
         return (self.t - start) / HOUR
 
 
-def _node_mean(table: TelemetryTable, x: np.ndarray) -> np.ndarray:
-    """Mean of ``x`` over the GPUs of the same node at the same timestamp."""
+def _node_median(table: TelemetryTable, x: np.ndarray) -> np.ndarray:
+    """Median of ``x`` over the GPUs of the same node at the same timestamp.
+
+    The median, not the mean: with a mean, one GPU heating up before it fails pulls its neighbours' baseline up,
+    and when it dies and leaves the node every neighbour suddenly looks hotter than its peers."""
     key = table.node.astype(np.int64) * _KEY_SPAN + np.floor(table.timestamp - table.start).astype(np.int64)
     _, group = np.unique(key, return_inverse=True)
-    valid = ~np.isnan(x)
-    sums = np.bincount(group, weights=np.where(valid, x, 0.0))
-    counts = np.bincount(group, weights=valid.astype(np.float64))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return (sums / counts)[group]
+    order = np.lexsort((x, group))  # NaN sorts last within each group
+    counts = np.bincount(group)
+    valid = np.bincount(group, weights=(~np.isnan(x)).astype(np.float64)).astype(np.int64)
+    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    lo = order[starts + np.maximum(valid - 1, 0) // 2]
+    hi = order[starts + np.maximum(valid, 1) // 2 - (valid == 0)]
+    median = np.where(valid > 0, (x[lo] + x[hi]) / 2, np.nan)
+    return median[group]
 
 
 _NAMES: tuple[str, ...] = (
@@ -234,6 +247,9 @@ _NAMES: tuple[str, ...] = (
     "repairs_growth_24h",
     "repairs_growth_7d",
     "repairs_total",
+    "sbe_active_hours_24h",
+    "sbe_active_hours_72h",
+    "repairs_events_72h",
     "xid_app_24h",
     "xid_mem_24h",
     "xid_other_24h",
@@ -253,6 +269,8 @@ _NAMES: tuple[str, ...] = (
     "power_mean_24h",
     "power_std_6h",
     "power_std_24h",
+    "power_vs_node_std_6h",
+    "power_vs_node_std_24h",
     "power_per_util_24h",
     "util_mean_24h",
     "sm_clock_mean_6h",

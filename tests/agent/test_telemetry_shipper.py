@@ -17,11 +17,14 @@ from telemetry.sample import GpuSample, XidEvent
 def shipper_for(portal):
     clients: list[PortalClient] = []
 
-    def make(probe: SimulatedProbe, **kwargs) -> TelemetryShipper:
+    def make(probe: SimulatedProbe, *, registered: bool = True, **kwargs) -> TelemetryShipper:
         client = PortalClient(portal.url, lambda: portal.token, timeout=2.0)
         clients.append(client)
         ticks = itertools.count(1_700_000_000, 10)
-        return TelemetryShipper(ProbeGate(probe), client, wall_clock=lambda: float(next(ticks)), **kwargs)
+        shipper = TelemetryShipper(ProbeGate(probe), client, wall_clock=lambda: float(next(ticks)), **kwargs)
+        if registered:  # as after the agent's first successful registration
+            shipper.registered.set()
+        return shipper
 
     yield make
     for client in clients:
@@ -84,3 +87,13 @@ def test_sampling_period_follows_the_portal_unless_fixed(shipper_for) -> None:
     fixed = shipper_for(SimulatedProbe(1), interval=1.5)
     fixed.on_registered(registration)
     assert (following.interval, fixed.interval) == (30.0, 1.5)
+
+
+def test_nothing_is_shipped_before_the_node_has_registered(portal, shipper_for) -> None:  # noqa: ANN001
+    """The portal rejects samples of GPUs it has not been told about, so they wait in the outbox. Ref: #4"""
+    shipper = shipper_for(SimulatedProbe(2, seed=1), registered=False)
+    shipper.tick()
+    assert portal.sample_posts == [] and len(shipper.samples) == 2
+    shipper.registered.set()
+    shipper.tick()
+    assert sum(len(post["samples"]) for post in portal.sample_posts) == 4 and len(shipper.samples) == 0

@@ -76,9 +76,19 @@ def hour_floor(now: datetime) -> datetime:
 def hourly_history(gpu: Gpu, *, hours: int, now: datetime, **fields: Any) -> None:
     """``hours`` 1-hour rollups ending with the current hour, as the rollup task would have written them."""
     base = hour_floor(now)
-    values = {"samples": 360, "gpu_util": 60.0, "temperature_c": 55.0, "power_w": 350.0, "sm_clock_mhz": 1900.0,
-              "mem_used_mb": 400.0, "mem_total_mb": 1000, "ecc_corrected_total": 2, "ecc_uncorrected_total": 0,
-              "throttle_reasons": 0, "xid": 0}
+    values = {
+        "samples": 360,
+        "gpu_util": 60.0,
+        "temperature_c": 55.0,
+        "power_w": 350.0,
+        "sm_clock_mhz": 1900.0,
+        "mem_used_mb": 400.0,
+        "mem_total_mb": 1000,
+        "ecc_corrected_total": 2,
+        "ecc_uncorrected_total": 0,
+        "throttle_reasons": 0,
+        "xid": 0,
+    }
     values.update(fields)
     Rollup.objects.bulk_create(
         Rollup(period=RollupPeriod.HOUR, gpu=gpu, bucket=base - timedelta(hours=k), **values) for k in range(hours)
@@ -96,8 +106,17 @@ class HotScorer:
 def stub_artifact(threshold: float = 0.5, target_met: bool = True) -> bytes:
     scorer = HotScorer()
     header = make_header(
-        scorer, kind=ModelKind.GBDT, created_at=0.0, horizon_s=86_400.0, threshold=threshold, train_start=0.0,
-        train_end=0.0, rows=0, positive_rows=0, failures=0, metrics={"target_met": target_met},
+        scorer,
+        kind=ModelKind.GBDT,
+        created_at=0.0,
+        horizon_s=86_400.0,
+        threshold=threshold,
+        train_start=0.0,
+        train_end=0.0,
+        rows=0,
+        positive_rows=0,
+        failures=0,
+        metrics={"target_met": target_met},
     )
     return ModelArtifact(header=header, model=scorer).to_bytes()
 

@@ -46,6 +46,7 @@ def _next_round_places_it_elsewhere(job: Job, bad: Gpu, task_node, eve) -> None:
     assert Job.objects.filter(pk__in=[f.pk for f in fillers], state="running").count() == 6  # 8 GPUs - bad - job
     assert not Allocation.objects.filter(gpu=bad, released_at__isnull=True).exists()
 
+
 def test_a_fatal_xid_drains_the_gpu_requeues_its_job_and_the_next_round_avoids_it(world: World) -> None:
     job, task, (bad,) = running_job(world)
     response = post_batch(world, bad.node.name, [sample(bad.uuid)], [xid(bad.uuid, 79)])
@@ -105,3 +106,47 @@ def test_an_unhealthy_gpu_is_drained_once_and_an_admin_can_restore_it(world: Wor
     post_batch(world, "n1", [sample("GPU-n1-0", time.time() + 5)])
     gpu.refresh_from_db()
     assert gpu.health == "healthy"
+
+
+def test_a_drain_mails_admins_after_commit_and_logs(
+    world: World,
+    settings,
+    monkeypatch,
+    django_capture_on_commit_callbacks,
+    caplog,  # noqa: ANN001
+) -> None:
+    from django.core import mail
+
+    from scheduling.live import tasks as scheduling_tasks
+    from telemetry import tasks
+
+    settings.ADMINS = [("Ops", "ops@example.org")]
+    monkeypatch.setattr(tasks.notify_admins, "delay", tasks.notify_admins)  # run inline instead of via the broker
+    monkeypatch.setattr(scheduling_tasks.schedule_round, "delay", lambda: None)
+    with django_capture_on_commit_callbacks(execute=True), caplog.at_level("WARNING", logger="telemetry.services"):
+        post_batch(world, "n2", [sample("GPU-n2-1", ecc_dbe_volatile=2)])
+    (message,) = mail.outbox
+    assert "GPU-n2-1" in message.subject and "critical" in message.subject
+    assert "uncorrectable" in message.body.lower()
+    assert any("GPU-n2-1" in r.getMessage() for r in caplog.records)
+
+
+def test_the_admin_action_marks_a_gpu_healthy(world: World) -> None:
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    post_batch(world, "n1", [], [xid("GPU-n1-2", 79)])
+    gpu = Gpu.objects.get(uuid="GPU-n1-2")
+    assert gpu.health == "unhealthy"
+    root = get_user_model().objects.create_superuser("root", "root@example.org", "pw")
+    client = Client()
+    client.force_login(root)
+    response = client.post(
+        "/admin/telemetry/gpuhealthcontrol/", {"action": "mark_healthy", "_selected_action": [gpu.pk]}
+    )
+    assert response.status_code == 302
+    gpu.refresh_from_db()
+    assert gpu.health == "healthy"
+    assert GpuHealthEvent.objects.filter(gpu=gpu, kind="restored", actor="root").exists()
+    assert client.get("/admin/telemetry/gpuhealthcontrol/").status_code == 200
+    assert client.get("/admin/telemetry/failuremodel/").status_code == 200

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
+from django.db import connection
 
 from portal.nodes.models import Gpu
 from telemetry.models import LatestSample, NodeTelemetry, Sample, XidRecord
@@ -89,3 +91,24 @@ def test_a_user_token_cannot_post_samples(world: World, api) -> None:  # noqa: A
     response = api.post("/api/v1/agent/samples/", {"samples": [sample("GPU-n1-0")]}, format="json")
     assert response.status_code in (401, 403)
     assert Gpu.objects.get(uuid="GPU-n1-0").health == "healthy" and Sample.objects.count() == 0
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="row locks need PostgreSQL")
+@pytest.mark.django_db(transaction=True)
+def test_a_retry_racing_its_original_stores_each_sample_once(world: World) -> None:
+    batch = [sample(f"GPU-n1-{i}", time.time() - 30 + k) for k in range(20) for i in range(4)]
+    go = threading.Barrier(2)
+    answers: list[dict] = []
+
+    def send() -> None:
+        go.wait()
+        answers.append(post_batch(world, "n1", batch).json())
+        connection.close()
+
+    threads = [threading.Thread(target=send) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted((a["accepted"], a["duplicates"]) for a in answers) == [(0, 80), (80, 0)]
+    assert Sample.objects.count() == 80

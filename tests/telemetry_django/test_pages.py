@@ -20,7 +20,9 @@ def browser(world: World) -> Client:
 
 
 def test_node_page_shows_latest_metrics_health_risk_xids_and_alerts(
-    world: World, browser: Client, django_assert_max_num_queries  # noqa: ANN001
+    world: World,
+    browser: Client,
+    django_assert_max_num_queries,  # noqa: ANN001
 ) -> None:
     job, _, (held,) = running_job(world)
     node = held.node.name
@@ -46,7 +48,6 @@ def test_node_page_needs_a_login_and_a_real_node(world: World, browser: Client) 
     assert browser.get("/nodes/nope/").status_code == 404
 
 
-@pytest.mark.urls("tests.telemetry_django.urls")
 def test_api_lists_gpus_with_latest_sample_health_and_risk(world: World, api, django_assert_max_num_queries) -> None:  # noqa: ANN001
     post_batch(world, "n1", [sample("GPU-n1-0", gpu_util=77.0)], [xid("GPU-n1-1", 95)])
     GpuRisk.objects.create(gpu=Gpu.objects.get(uuid="GPU-n1-0"), risk=0.12345, scored_at=timezone.now())
@@ -61,7 +62,6 @@ def test_api_lists_gpus_with_latest_sample_health_and_risk(world: World, api, dj
     assert [r["uuid"] for r in unhealthy] == ["GPU-n1-1"]
 
 
-@pytest.mark.urls("tests.telemetry_django.urls")
 def test_api_lists_alerts(world: World, api) -> None:  # noqa: ANN001
     post_batch(world, "n2", [], [xid("GPU-n2-2", 79)])
     (alert,) = api.get("/api/v1/telemetry/alerts/", {"active": "true"}).json()["results"]

@@ -17,8 +17,12 @@ from tests.telemetry_django.helpers import hourly_history, running_job, stub_art
 
 def _active_stub(**kwargs: object) -> FailureModel:
     return FailureModel.objects.create(
-        version=1, source="synthetic", horizon_s=86_400, metrics={"threshold": 0.5, "target_met": True},
-        artifact=stub_artifact(**kwargs), active=True,
+        version=1,
+        source="synthetic",
+        horizon_s=86_400,
+        metrics={"threshold": 0.5, "target_met": True},
+        artifact=stub_artifact(**kwargs),
+        active=True,
     )
 
 
@@ -63,16 +67,32 @@ def test_without_a_validated_threshold_scores_are_shown_but_nothing_is_cordoned(
     gpu = Gpu.objects.get(uuid="GPU-n1-0")
     hourly_history(gpu, hours=6, now=now, temperature_c=90.0)
     FailureModel.objects.create(
-        version=1, source="synthetic", horizon_s=86_400, metrics={"threshold": 1e-5, "target_met": False},
-        artifact=stub_artifact(threshold=1e-5, target_met=False), active=True,
+        version=1,
+        source="synthetic",
+        horizon_s=86_400,
+        metrics={"threshold": 1e-5, "target_met": False},
+        artifact=stub_artifact(threshold=1e-5, target_met=False),
+        active=True,
     )
     assert tasks.score_gpus() == {"model": 1, "scored": 1, "cordoned": []}
     assert GpuRisk.objects.get(gpu=gpu).risk == 0.9
     assert Gpu.objects.get(pk=gpu.pk).health == "healthy"
 
 
-def test_no_model_no_scores(world: World) -> None:
+def test_young_gpus_are_scored_but_not_cordoned(world: World, settings) -> None:  # noqa: ANN001
+    settings.CORRAL_RISK_THRESHOLD = 0.5
+    gpu = Gpu.objects.get(uuid="GPU-n2-0")
+    hourly_history(gpu, hours=2, now=timezone.now(), temperature_c=90.0)
+    _active_stub()
+    assert tasks.score_gpus() == {"model": 1, "scored": 1, "cordoned": []}
+    assert GpuRisk.objects.get(gpu=gpu).risk == 0.9 and Gpu.objects.get(pk=gpu.pk).health == "healthy"
+
+
+def test_no_model_no_scores_and_the_first_training_is_requested(world: World, monkeypatch) -> None:  # noqa: ANN001
+    requested = []
+    monkeypatch.setattr(tasks.train_failure_model, "delay", lambda: requested.append(1))
     assert tasks.score_gpus() == {"model": None, "scored": 0, "cordoned": []}
+    assert requested == [1]
 
 
 def test_training_stores_a_versioned_active_model_with_metrics(world: World, settings) -> None:  # noqa: ANN001

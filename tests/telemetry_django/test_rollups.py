@@ -30,8 +30,15 @@ def hand_made(world: World) -> Gpu:
     Sample.objects.bulk_create(
         [
             _raw(gpu, t, gpu_util=10.0, temperature_c=50.0, throttle_reasons=0x1, xid=13, ecc_corrected_total=5),
-            _raw(gpu, t + timedelta(seconds=20), gpu_util=20.0, temperature_c=70.0, throttle_reasons=0x4, xid=79,
-                 ecc_corrected_total=7),
+            _raw(
+                gpu,
+                t + timedelta(seconds=20),
+                gpu_util=20.0,
+                temperature_c=70.0,
+                throttle_reasons=0x4,
+                xid=79,
+                ecc_corrected_total=7,
+            ),
             _raw(gpu, t + timedelta(seconds=40), gpu_util=60.0, temperature_c=60.0, xid=13, ecc_corrected_total=9),
             _raw(gpu, t + timedelta(seconds=70), gpu_util=90.0, temperature_c=40.0, ecc_corrected_total=11),
             _raw(gpu, t + timedelta(seconds=80), lost=True),  # a lost GPU reports nothing else

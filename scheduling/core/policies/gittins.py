@@ -13,7 +13,8 @@ size-aware index is most of what separates a non-clairvoyant scheduler from the 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from bisect import bisect_right
+from collections.abc import Iterable, Sequence
 
 from scheduling.core.gittins import ServiceDistribution, geometric_grid
 from scheduling.core.model import FinishedJob, JobState, JobView
@@ -72,6 +73,23 @@ class TiresiasGittins(Policy):
         if dist.fitted_on < self.min_samples:
             return (0.0, float(dist.level(service)), job.submit_time)  # nothing learned yet: plain LAS order
         return (-dist.index(service), float(dist.level(service)), job.submit_time)
+
+    def order(self, jobs: Iterable[JobView], now: float) -> list[JobView]:
+        # ``key`` inlined, with the distribution looked up once per GPU count: decide() ranks 25k jobs with it.
+        grid = self.grid
+        tables: dict[int, tuple[float, ...] | None] = {}
+        decorated = []
+        for pos, job in enumerate(jobs):
+            gpus = job.gpus
+            if gpus in tables:
+                table = tables[gpus]
+            else:
+                dist = self.distribution(gpus)
+                table = tables[gpus] = dist.table if dist.fitted_on >= self.min_samples else None
+            level = bisect_right(grid, job.attained_at(now)) - 1
+            decorated.append((0.0 if table is None else -table[level], level, job.submit_time, pos, job))
+        decorated.sort()
+        return [entry[4] for entry in decorated]
 
     def key_expiry(self, job: JobView, now: float) -> float:
         if job.state != JobState.RUNNING:

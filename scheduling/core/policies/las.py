@@ -12,7 +12,9 @@ back to the top queue.
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from itertools import chain
+from operator import attrgetter
 
 from scheduling.core.model import JobState, JobView
 from scheduling.core.policies.base import NEVER, Key, Policy
@@ -23,6 +25,9 @@ TIRESIAS_SMALL_TRACE_THRESHOLDS: tuple[float, ...] = (3250.0, 7200.0)
 #: Defaults for Philly-scale jobs (durations of hours to weeks, 1-8 GPUs): thresholds spread geometrically over
 #: the service range so each queue separates a real class of jobs (see docs/scheduling.md for the sweep).
 PHILLY_THRESHOLDS: tuple[float, ...] = (4 * 3600.0, 32 * 3600.0, 256 * 3600.0)
+
+
+_by_submit = attrgetter("submit_time")
 
 
 class TiresiasLas(Policy):
@@ -52,6 +57,21 @@ class TiresiasLas(Policy):
 
     def key(self, job: JobView, now: float) -> Key:
         return (self.queue(job, now), job.submit_time)
+
+    def order(self, jobs: Iterable[JobView], now: float) -> list[JobView]:
+        # Same order as sorting by ``key``, without a Python call per comparison: bucket by queue, then sort each
+        # bucket by submission in C. ``decide`` over 25k jobs spends most of its time here otherwise.
+        th = self.thresholds
+        queues: list[list[JobView]] = [[] for _ in range(len(th) + 1)]
+        knob = self.starvation_knob
+        for job in jobs:
+            if knob is not None and self._promoted(job, now):
+                queues[0].append(job)
+            else:
+                queues[bisect_right(th, job.attained_at(now))].append(job)
+        for queue in queues:
+            queue.sort(key=_by_submit)
+        return list(chain.from_iterable(queues))
 
     def key_expiry(self, job: JobView, now: float) -> float:
         if job.state == JobState.RUNNING:

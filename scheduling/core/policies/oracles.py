@@ -6,6 +6,8 @@ JCT policy when sizes are known and what Tiresias compares its non-clairvoyant s
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from scheduling.core.model import JobState, JobView
 from scheduling.core.policies.base import NEVER, Key, Policy, known_duration
 
@@ -32,6 +34,9 @@ class Srtf(_Oracle):
     def key(self, job: JobView, now: float) -> Key:
         return (_remaining(job, now), job.submit_time)
 
+    def order(self, jobs: Iterable[JobView], now: float) -> list[JobView]:
+        return sorted(jobs, key=lambda job: (_remaining(job, now), job.submit_time))
+
 
 class Srsf(_Oracle):
     """Shortest remaining service first (GPUs x remaining seconds), preemptive."""
@@ -42,6 +47,9 @@ class Srsf(_Oracle):
     def key(self, job: JobView, now: float) -> Key:
         return (job.gpus * _remaining(job, now), job.submit_time)
 
+    def order(self, jobs: Iterable[JobView], now: float) -> list[JobView]:
+        return sorted(jobs, key=lambda job: (job.gpus * _remaining(job, now), job.submit_time))
+
 
 class Sjf(_Oracle):
     """Shortest job (duration) first, non-preemptive."""
@@ -50,6 +58,9 @@ class Sjf(_Oracle):
 
     def key(self, job: JobView, now: float) -> Key:
         return (known_duration(job), job.submit_time)
+
+    def order(self, jobs: Iterable[JobView], now: float) -> list[JobView]:
+        return sorted(jobs, key=lambda job: (known_duration(job), job.submit_time))
 
     def key_expiry(self, job: JobView, now: float) -> float:
         return NEVER

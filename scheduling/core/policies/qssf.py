@@ -8,6 +8,8 @@ can be badly wrong, and preempting on a wrong guess costs more than waiting.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from scheduling.core.model import FinishedJob, JobView
 from scheduling.core.policies.base import Key, Policy
 from scheduling.core.predict import DurationPredictor
@@ -20,14 +22,33 @@ class Qssf(Policy):
         self.preemptive = preemptive
         self.min_quantum = min_quantum
         self.predictor = DurationPredictor()
+        # Predictions are a pure function of the job and the history before its submission, so they are
+        # memoized; a finish reported for a time at or before some memoized submission clears the memo.
+        self._memo: dict[tuple[str, str, int, float], float] = {}
+        self._memo_latest_submit = float("-inf")
 
     def observe_finished(self, record: FinishedJob) -> None:
         self.predictor.observe(record)
+        if record.finish_time <= self._memo_latest_submit:
+            self._memo.clear()
+            self._memo_latest_submit = float("-inf")
 
     def predicted_service(self, job: JobView) -> float:
         """GPU-seconds the job is expected to need; 0 with no history at all (then the order is FIFO)."""
-        duration = self.predictor.predict(job)
-        return 0.0 if duration is None else duration * job.gpus
+        memo_key = (job.user, job.name, job.gpus, job.submit_time)
+        service = self._memo.get(memo_key)
+        if service is None:
+            duration = self.predictor.predict(job)
+            service = 0.0 if duration is None else duration * job.gpus
+            if len(self._memo) >= 200_000:
+                self._memo.clear()
+            self._memo[memo_key] = service
+            self._memo_latest_submit = max(self._memo_latest_submit, job.submit_time)
+        return service
 
     def key(self, job: JobView, now: float) -> Key:
         return (self.predicted_service(job), job.submit_time)
+
+    def order(self, jobs: Iterable[JobView], now: float) -> list[JobView]:
+        predicted = self.predicted_service
+        return sorted(jobs, key=lambda job: (predicted(job), job.submit_time))

@@ -1,0 +1,121 @@
+"""``corral simulate``: the stable JSON shape, the report page, and the metrics behind them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from scheduling.sim import cli
+from scheduling.sim.metrics import jain, measure, resample, utilization
+from scheduling.sim.report import Run, jct_cdf_figure, render_report, tenant_figure, timeline_figure
+from scheduling.sim.simulator import Cluster, Timeline, simulate
+from scheduling.sim.trace import TraceJob, write_trace
+
+SUMMARY_KEYS = {"avg_jct", "median_jct", "p95_jct", "avg_queue", "makespan", "jobs", "preemptions", "clairvoyant"}
+
+
+@pytest.fixture
+def app() -> typer.Typer:
+    """A throwaway app with only our command, so the test does not depend on the rest of the ``corral`` CLI."""
+    app = typer.Typer()
+    cli.register(app)
+
+    @app.command("noop")
+    def noop() -> None:  # a second command keeps typer from collapsing the app into ``simulate`` itself
+        """Nothing."""
+
+    return app
+
+
+@pytest.fixture
+def trace_file(tmp_path):
+    jobs = [
+        TraceJob(f"j{i}", float(i * 30), float(100 + 50 * (i % 4)), (1, 2, 4, 8)[i % 4], user=f"u{i % 3}",
+                 tenant="ab"[i % 2])
+        for i in range(24)
+    ]  # fmt: skip
+    path = tmp_path / "trace.csv.gz"
+    write_trace(jobs, path)
+    return path
+
+
+def test_json_output_has_the_stable_shape(app, trace_file):
+    result = CliRunner().invoke(
+        app,
+        ["simulate", "--trace", str(trace_file), "--policy", "fifo", "--policy", "srsf", "--nodes", "2",
+         "--gpus-per-node", "4", "--json"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert list(data) == ["policies"]
+    assert list(data["policies"]) == ["fifo", "srsf"]
+    for summary in data["policies"].values():
+        assert set(summary) == SUMMARY_KEYS
+        assert summary["jobs"] == 24
+    assert data["policies"]["srsf"]["clairvoyant"] is True
+    assert data["policies"]["fifo"]["clairvoyant"] is False
+
+
+def test_all_policies_with_helios_overhead_and_a_report(app, trace_file, tmp_path):
+    report = tmp_path / "out.html"
+    result = CliRunner().invoke(
+        app,
+        ["simulate", "--trace", str(trace_file), "--policy", "all", "--nodes", "2", "--gpus-per-node", "4",
+         "--placement", "topology", "--preemption-overhead", "helios", "--report", str(report)],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "tiresias-gittins" in result.stdout
+    page = report.read_text()
+    assert page.startswith("<!doctype html>") and "plotly" in page.lower()
+    assert "JCT distribution" in page and "GPU utilization over time" in page
+
+
+def test_bad_arguments_are_refused(app, trace_file):
+    runner = CliRunner()
+    bad_policy = runner.invoke(
+        app, ["simulate", "--trace", str(trace_file), "--policy", "lottery", "--nodes", "1", "--gpus-per-node", "8"]
+    )
+    assert bad_policy.exit_code != 0 and "lottery" in bad_policy.output
+    bad_overhead = runner.invoke(
+        app,
+        ["simulate", "--trace", str(trace_file), "--policy", "fifo", "--nodes", "1", "--gpus-per-node", "8",
+         "--preemption-overhead", "soon"],
+    )  # fmt: skip
+    assert bad_overhead.exit_code != 0
+
+
+def test_metrics_on_a_known_schedule():
+    trace = [TraceJob("a", 0.0, 100.0, 1, tenant="x"), TraceJob("b", 0.0, 100.0, 1, tenant="y")]
+    m = measure(simulate(trace, "fifo", cluster=Cluster(1, 1)))
+    assert (m.jobs, m.avg_jct, m.median_jct, m.avg_queue, m.makespan) == (2, 150.0, 150.0, 50.0, 200.0)
+    assert m.utilization == pytest.approx(1.0)
+    assert m.per_tenant["y"].avg_slowdown == 2.0
+    assert m.fairness_over == "tenants" and m.fairness == pytest.approx(jain([1.0, 2.0]))
+
+
+def test_jain_index_bounds():
+    assert jain([3.0, 3.0, 3.0]) == pytest.approx(1.0)
+    assert jain([1.0, 0.0, 0.0, 0.0]) == pytest.approx(0.25)
+
+
+def test_utilization_and_resampling_are_time_weighted():
+    timeline = Timeline(times=(0.0, 10.0, 30.0), busy_gpus=(4, 2, 0), queued_jobs=(3, 1, 0))
+    assert utilization(timeline, 4, 0.0, 30.0) == pytest.approx((4 * 10 + 2 * 20) / (4 * 30))
+    times, busy, queued = resample(timeline, bins=3)
+    assert times == [0.0, 10.0, 20.0]
+    assert busy == pytest.approx([4.0, 2.0, 2.0])
+    assert queued == pytest.approx([3.0, 1.0, 1.0])
+
+
+def test_figures_are_plain_dicts_per_policy():
+    trace = [TraceJob(f"j{i}", float(i), 50.0, 1, user=f"u{i % 2}") for i in range(6)]
+    runs = [Run(r, measure(r)) for r in (simulate(trace, p, cluster=Cluster(1, 2)) for p in ("fifo", "srsf"))]
+    cdf = jct_cdf_figure(runs)
+    assert [t["name"] for t in cdf["data"]] == ["fifo", "srsf (oracle)"]
+    assert cdf["data"][0]["y"][-1] == 1.0
+    assert len(timeline_figure(runs, queue=True)["data"]) == 2
+    assert tenant_figure(runs)["layout"]["xaxis"]["title"]["text"] == "user"
+    assert "<table>" in render_report(runs, title="t")
