@@ -38,7 +38,7 @@ def main() -> None:
     parser.add_argument("--load", type=float, default=0.9)
     parser.add_argument("--policies", nargs="+", default=DEFAULT_POLICIES)
     parser.add_argument("--jobs", type=int, nargs="+", default=[12_500, 25_000, 50_000, 100_000])
-    parser.add_argument("--gpus", type=int, nargs="+", default=[256, 512, 1024, 2048, 4096])
+    parser.add_argument("--gpus", type=int, nargs="*", default=[256, 512, 1024, 2048, 4096])
     parser.add_argument("--markdown", action="store_true")
     args = parser.parse_args()
     rows = []

@@ -133,9 +133,9 @@ def _read_plain(body: str, header: list[str], name: str) -> _Parsed:
     if not body:
         return np.empty(0), [], [], {}
     lines = body.count("\n") + 1
-    first = _FIRST_THREE.findall(body)
-    if len(first) != lines:
+    if body.count(",") != lines * (len(header) - 1):
         return _read_with_csv(body, header, name)  # ragged rows: let the csv path find and report the bad line
+    first = _FIRST_THREE.findall(body)
     numeric = [c for c in NUMERIC_COLUMNS if c in header]
     try:
         matrix = np.loadtxt(

@@ -331,7 +331,7 @@ class _Generator:
         if rng.random() < self.c.sudden_fraction:
             return FailureKind.SUDDEN
         kinds = (FailureKind.MEMORY, FailureKind.THERMAL, FailureKind.LINK)
-        return kinds[rng.choice(3, p=[0.55, 0.25, 0.2])]
+        return kinds[rng.choice(3, p=[0.6, 0.15, 0.25])]
 
     @staticmethod
     def _fatal_xid(rng: np.random.Generator, kind: FailureKind) -> int:

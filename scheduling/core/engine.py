@@ -21,14 +21,14 @@ from dataclasses import dataclass, field
 from itertools import chain
 from operator import attrgetter
 
-from scheduling.core.model import JobId, JobState, JobView, Placement, TenantLimits, Wait, WaitReason
+from scheduling.core.model import JobId, JobState, JobView, Placement, TenantLimits, Wait, WaitReason, gpu_count
 from scheduling.core.placement import PlacementModel
 from scheduling.core.policies.base import Policy
 from scheduling.core.pool import FreePool
 from scheduling.core.tenancy import Guarantees, Ledger
 
 _RUNNING = JobState.RUNNING
-_gpus = attrgetter("gpus")
+_allocation = attrgetter("allocation")
 
 
 @dataclass(slots=True)
@@ -52,17 +52,17 @@ class _Waits:
         key = (reason, need, free)
         wait = self.cache.get(key)
         if wait is None:
-            wait = Wait(reason, _DETAILS[reason].format(need=need, free=free))
+            wait = Wait(reason, _DETAILS[reason].format(need=gpu_count(need), free=free))
             self.cache[key] = wait
         return wait
 
 
 _DETAILS: dict[WaitReason, str] = {
-    WaitReason.NOT_ENOUGH_FREE_GPUS: "needs {need} GPUs, {free} free",
-    WaitReason.NO_NODE_FITS: "needs {need} GPUs, {free} free but not in a usable shape",
-    WaitReason.LOWER_PRIORITY: "needs {need} GPUs; higher-priority jobs hold or took them ({free} free)",
-    WaitReason.NO_SCHEDULABLE_NODES: "needs {need} GPUs; no node accepts work",
-    WaitReason.PREEMPTED: "lost its {need} GPUs to higher-priority jobs",
+    WaitReason.NOT_ENOUGH_FREE_GPUS: "needs {need}, {free} free",
+    WaitReason.NO_NODE_FITS: "needs {need}, {free} free but not in a usable shape",
+    WaitReason.LOWER_PRIORITY: "needs {need}; higher-priority jobs hold or took them ({free} free)",
+    WaitReason.NO_SCHEDULABLE_NODES: "needs {need}; no node accepts work",
+    WaitReason.PREEMPTED: "lost its {need} to higher-priority jobs",
 }
 
 
@@ -196,8 +196,9 @@ def _preemptive_walk(
         quantum = policy.min_quantum
         whole = pool.complete
         if not pinned and quantum <= 0 and whole:  # the simulator's usual case: every running job may move
-            movable_jobs = list(running)
-            movable = sum(map(_gpus, movable_jobs))
+            movable_jobs = [job for job in running if job.allocation]
+            pinned.update(job.id for job in running if not job.allocation)  # nothing to take back
+            movable = sum(map(len, map(_allocation, movable_jobs)))
             running = ()
         for job in running:
             if job.id in pinned:

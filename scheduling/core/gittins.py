@@ -14,7 +14,7 @@ crosses a grid point (few preemption checks) and the whole table costs O(grid^2 
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right, insort
+from bisect import bisect_right, insort
 from collections.abc import Sequence
 from itertools import accumulate
 
@@ -91,11 +91,3 @@ class ServiceDistribution:
 
     def index(self, service: float) -> float:
         return self.table[self.level(service)]
-
-    def next_level_at(self, service: float) -> float | None:
-        """The next grid point above ``service`` (where the index may change), or None past the grid."""
-        i = bisect_left(self.grid, service + 1e-9)
-        if i >= len(self.grid):
-            return None
-        nxt = self.grid[i]
-        return nxt if nxt > service else None

@@ -46,6 +46,11 @@ _REASON_LABELS: dict[WaitReason, str] = {
 }
 
 
+def gpu_count(n: int) -> str:
+    """``1 GPU``, ``4 GPUs``: wait details are read by people."""
+    return f"{n} GPU" if n == 1 else f"{n} GPUs"
+
+
 @dataclass(frozen=True, slots=True)
 class NodeView:
     """A node as the scheduler sees it. ``free_gpus`` holds GPU ids (the caller's own ids) that are healthy,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from functools import lru_cache
 
-from scheduling.core.model import JobView, TenantLimits, Wait, WaitReason
+from scheduling.core.model import JobView, TenantLimits, Wait, WaitReason, gpu_count
 
 _NO_LIMITS = TenantLimits()
 
@@ -60,7 +60,7 @@ class Ledger:
 @lru_cache(maxsize=4096)
 def _cap_wait(reason: WaitReason, who: str, need: int, room: int, cap: int) -> Wait:
     # Cached: a tenant with thousands of queued jobs at its cap would otherwise build thousands of equal values.
-    return Wait(reason, f"needs {need} GPUs; {who} has {max(room, 0)} of its cap of {cap} left")
+    return Wait(reason, f"needs {gpu_count(need)}; {who} has {max(room, 0)} of its cap of {cap} left")
 
 
 class Guarantees:

@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from scheduling.core import decide
 from scheduling.live.apply import apply_decision
+from scheduling.live.history import live_policy
 from scheduling.live.lease import try_acquire_round_lease
 from scheduling.live.models import SchedulerRound
 from scheduling.live.snapshot import build_snapshot
@@ -36,7 +37,10 @@ def scheduling_round() -> RoundResult | None:
         now = timezone.now()
         live = build_snapshot(now=now)
         decision = decide(
-            live.snapshot, now=now.timestamp(), policy=settings.CORRAL_POLICY, placement=settings.CORRAL_PLACEMENT
+            live.snapshot,
+            now=now.timestamp(),
+            policy=live_policy(settings.CORRAL_POLICY),
+            placement=settings.CORRAL_PLACEMENT,
         )
         applied = apply_decision(decision, live)
         duration_ms = (time.perf_counter() - began) * 1000

@@ -345,11 +345,11 @@ class _Simulation:
     def _rekey(self, job: _Job, now: float) -> None:
         """Recompute a job's priority and wake up when it next changes (a queue threshold crossed, a starvation
         limit reached) so a preemptive policy reacts at that instant, not at the next arrival."""
-        view = job.view
-        job.sort_key = (self.policy.key(view, now), job.index)
-        if not self.preemptive_walk:
-            return  # plain walks never re-rank a waiting job
-        expiry = self.policy.key_expiry(view, now)
+        if not self.preemptive_walk:  # plain walks never re-rank a waiting job: no wake-ups
+            job.sort_key = (self.policy.key(job.view, now), job.index)
+            return
+        key, expiry = self.policy.key_and_expiry(job.view, now)
+        job.sort_key = (key, job.index)
         if now < expiry < job.wake:
             job.wake = expiry
             self._push(expiry, _WAKE, job, 0)
@@ -443,8 +443,9 @@ class _Simulation:
         the ones that might rank behind the best pending job, re-sort, and cut again."""
         runs = self.run_sorted
         if self.policy.improving_keys and first < len(runs):
+            key = self.policy.key
             for job in runs[first:]:
-                job.sort_key = (self.policy.key(job.view, now), job.index)
+                job.sort_key = (key(job.view, now), job.index)
             runs.sort(key=_by_sort_key)
             if first:
                 first = bisect_left(runs, self.pend_sorted[0].sort_key, key=_by_sort_key)

@@ -35,6 +35,7 @@ class ArtifactHeader:
     created_at: float  # epoch seconds, supplied by the caller (the core never reads the clock)
     horizon_s: float
     threshold: float
+    persist_rows: int  # alarm when the score held for this many consecutive rows (see telemetry.predict.alarms)
     train_start: float
     train_end: float
     rows: int

@@ -17,13 +17,30 @@ from typing import Any
 import numpy as np
 from sklearn.metrics import average_precision_score
 
-from telemetry.predict.alarms import AlarmMetrics, ScoredRows, choose_threshold, measure, raise_alarms
+from telemetry.predict.alarms import (
+    AlarmMetrics,
+    ScoredRows,
+    choose_threshold,
+    measure,
+    persistent_scores,
+    precision_at_recall,
+    raise_alarms,
+)
 from telemetry.predict.features import build_features
-from telemetry.predict.labels import failure_events, label_rows
+from telemetry.predict.labels import RowLabels, failure_events, label_rows
 from telemetry.predict.models import DEFAULT_MAX_NEGATIVES, ModelKind, NotEnoughData, fit
-from telemetry.predict.training import DAY, DEFAULT_HORIZON_S, DEFAULT_TARGET_PRECISION, DEFAULT_TRAIN_WINDOW_S
+from telemetry.predict.training import (
+    DAY,
+    DEFAULT_HORIZON_S,
+    DEFAULT_PERSIST_ROWS,
+    DEFAULT_TARGET_PRECISION,
+    DEFAULT_TRAIN_WINDOW_S,
+)
 from telemetry.schema import FailureLabel
 from telemetry.table import TelemetryTable
+
+#: Recall levels at which reports show the best precision any threshold reached on the test part (hindsight).
+HINDSIGHT_RECALLS = (0.25, 0.5)
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,12 +52,15 @@ class EvalConfig:
     train_window_s: float = DEFAULT_TRAIN_WINDOW_S
     min_train_s: float = 14 * DAY
     target_precision: float = DEFAULT_TARGET_PRECISION
+    persist_rows: int = DEFAULT_PERSIST_ROWS
     seed: int = 0
     max_negatives: int = DEFAULT_MAX_NEGATIVES
 
     def __post_init__(self) -> None:
         if not 0 < self.test_fraction < 1:
             raise ValueError("test_fraction must be between 0 and 1")
+        if self.persist_rows < 1:
+            raise ValueError("persist_rows must be at least 1")
         if min(self.horizon_s, self.retrain_every_s, self.train_window_s, self.min_train_s) <= 0:
             raise ValueError("horizon, retrain period, training window and minimum training span must be positive")
 
@@ -59,6 +79,7 @@ class EvaluationReport:
     feature_seconds: float
     rows: int
     gpus: int
+    hindsight_precision_at_recall: dict[float, float | None] = field(default_factory=dict)
     caught_failures: tuple[tuple[str, float], ...] = field(default=())  # (gpu uuid, failed_at) in the test part
     missed_failures: tuple[tuple[str, float], ...] = field(default=())
 
@@ -74,7 +95,9 @@ class EvaluationReport:
                 "test_row_average_precision": None
                 if self.test_row_average_precision is None
                 else round(self.test_row_average_precision, 4),
+                "hindsight_precision_at_recall": {str(k): v for k, v in self.hindsight_precision_at_recall.items()},
                 "split_at": self.split_at,
+                "persist_rows": self.config.persist_rows,
                 "retrain_every_hours": self.config.retrain_every_s / 3600,
                 "train_window_days": self.config.train_window_s / DAY,
                 "folds": self.folds,
@@ -120,6 +143,7 @@ def evaluate(
         target_precision=config.target_precision,
     )
     test_metrics = measure(test, choice.threshold, horizon_s=horizon, failures=failures, period=(split, end))
+    hindsight = precision_at_recall(test, HINDSIGHT_RECALLS, horizon_s=horizon, failures=failures, period=(split, end))
     caught, missed = _failure_outcomes(table, test, choice.threshold, horizon, failures, (split, end))
     y_test = _positive(test, horizon)
     ap = float(average_precision_score(y_test, test.score)) if 0 < y_test.sum() < len(y_test) else None
@@ -136,6 +160,7 @@ def evaluate(
         feature_seconds=feature_seconds,
         rows=len(table),
         gpus=len(table.gpu_names),
+        hindsight_precision_at_recall=hindsight,
         caught_failures=caught,
         missed_failures=missed,
     )
@@ -150,7 +175,7 @@ class _Timer:
 
 def _walk_forward(
     table: TelemetryTable,
-    rl: Any,
+    rl: RowLabels,
     x: np.ndarray,
     config: EvalConfig,
     first: float,
@@ -185,8 +210,9 @@ def _walk_forward(
         fold_start = fold_end
     rows = np.concatenate(picked) if picked else np.empty(0, dtype=np.int64)
     score = np.concatenate(scores) if scores else np.empty(0)
-    order = np.argsort(rows, kind="stable")  # back to (gpu, time) order, which alarm de-duplication relies on
+    order = np.argsort(rows, kind="stable")  # back to (gpu, time) order, which persistence and alarms rely on
     rows, score = rows[order], score[order]
+    score = persistent_scores(table.gpu[rows], score, config.persist_rows)
     return ScoredRows(gpu=table.gpu[rows], timestamp=ts[rows], score=score, next_failure=rl.next_failure[rows])
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from telemetry.predict.alarms import ScoredRows, choose_threshold
+from telemetry.predict.alarms import ScoredRows, choose_threshold, persistent_scores
 from telemetry.predict.artifact import ModelArtifact, check_compatible, make_header
 from telemetry.predict.features import FeatureMatrix, build_features
 from telemetry.predict.labels import RowLabels, failure_events, label_rows
@@ -24,6 +24,7 @@ DAY = 86_400.0
 DEFAULT_HORIZON_S = DAY
 DEFAULT_TRAIN_WINDOW_S = 60 * DAY
 DEFAULT_TARGET_PRECISION = 0.84
+DEFAULT_PERSIST_ROWS = 3
 HOLDOUT_FRACTION = 0.25
 
 
@@ -46,6 +47,7 @@ def train_model(
     train_window_s: float = DEFAULT_TRAIN_WINDOW_S,
     threshold: float | None = None,
     target_precision: float = DEFAULT_TARGET_PRECISION,
+    persist_rows: int = DEFAULT_PERSIST_ROWS,
     seed: int = 0,
     max_negatives: int = DEFAULT_MAX_NEGATIVES,
     first_seen: Mapping[str, float] | None = None,
@@ -67,7 +69,8 @@ def train_model(
         early = _window(table, rl, start, cut - horizon_s)
         late = _window(table, rl, cut, end)
         model = fit(kind, features.values[early], rl.positive[early], seed=seed, max_negatives=max_negatives)
-        scored = _scored(table, rl, late, model.score(features.values[late]))
+        late_scores = persistent_scores(table.gpu[late], model.score(features.values[late]), persist_rows)
+        scored = _scored(table, rl, late, late_scores)
         choice = choose_threshold(
             scored,
             horizon_s=horizon_s,
@@ -78,20 +81,19 @@ def train_model(
         threshold = choice.threshold
         metrics = {"holdout": choice.metrics.as_dict(), "target_met": choice.target_met}
     model = fit(kind, features.values[rows], rl.positive[rows], seed=seed, max_negatives=max_negatives)
-    failures_in_window = {
-        (int(g), float(f)) for g, f in zip(table.gpu[rows], rl.next_failure[rows], strict=True) if f == f
-    }
+    _, fail_times = failure_events(table, labels)
     header = make_header(
         model,
         kind=kind,
         created_at=now,
         horizon_s=horizon_s,
         threshold=float(threshold),
+        persist_rows=persist_rows,
         train_start=start,
         train_end=end,
         rows=int(rows.size),
         positive_rows=int(rl.positive[rows].sum()),
-        failures=len({k for k in failures_in_window if k[1] <= now}),
+        failures=int(((fail_times >= start) & (fail_times <= now)).sum()),
         metrics=metrics,
     )
     return ModelArtifact(header=header, model=model)
@@ -107,14 +109,20 @@ def score_rows(artifact: ModelArtifact, table: TelemetryTable, features: Feature
 def score_latest(
     artifact: ModelArtifact, table: TelemetryTable, *, first_seen: Mapping[str, float] | None = None
 ) -> list[GpuRisk]:
-    """The risk of each GPU at its most recent row, and whether that crosses the artifact's alarm threshold.
-
-    The caller de-duplicates alarms over time (one per GPU per horizon, see :mod:`telemetry.predict.alarms`)."""
+    """The risk of each GPU at its most recent row (after the artifact's persistence rule), and whether that
+    crosses its alarm threshold. The caller de-duplicates alarms over time (one per GPU per horizon, see
+    :mod:`telemetry.predict.alarms`)."""
     if len(table) == 0:
         return []
+    check_compatible(artifact.header)
     last = np.flatnonzero(np.r_[table.gpu[1:] != table.gpu[:-1], True])
+    # Score only each GPU's last few rows: persistence needs them, and scoring a week of history is wasted work.
+    tail = np.unique(np.concatenate([last - lag for lag in range(artifact.header.persist_rows)]))
+    tail = tail[tail >= 0]  # rows of a neighbouring GPU may slip in; persistence never mixes GPUs
     features = build_features(table, first_seen=first_seen)
-    scores = artifact.score(features.values[last])
+    raw = artifact.score(features.values[tail])
+    tail_scores = persistent_scores(table.gpu[tail], raw, artifact.header.persist_rows)
+    scores = tail_scores[np.searchsorted(tail, last)]
     return [
         GpuRisk(
             gpu_uuid=table.gpu_names[table.gpu[i]],

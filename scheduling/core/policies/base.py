@@ -56,6 +56,11 @@ class Policy:
         """
         return NEVER
 
+    def key_and_expiry(self, job: JobView, now: float) -> tuple[Key, float]:
+        """``(key(job, now), key_expiry(job, now))`` in one call; policies whose two share work override it (the
+        simulator asks for both at every wake-up)."""
+        return self.key(job, now), self.key_expiry(job, now)
+
     def order(self, jobs: Iterable[JobView], now: float) -> list[JobView]:
         """``jobs`` sorted by priority (stable)."""
         return sorted(jobs, key=lambda job: self.key(job, now))

@@ -68,11 +68,19 @@ class TiresiasGittins(Policy):
         return self.pooled
 
     def key(self, job: JobView, now: float) -> Key:
+        return self.key_and_expiry(job, now)[0]
+
+    def key_and_expiry(self, job: JobView, now: float) -> tuple[Key, float]:
         service = job.attained_at(now)
         dist = self.distribution(job.gpus)
-        if dist.fitted_on < self.min_samples:
-            return (0.0, float(dist.level(service)), job.submit_time)  # nothing learned yet: plain LAS order
-        return (-dist.index(service), float(dist.level(service)), job.submit_time)
+        grid = self.grid
+        level = bisect_right(grid, service) - 1
+        # Nothing learned yet: plain LAS order (by grid level).
+        index = dist.table[level] if dist.fitted_on >= self.min_samples else 0.0
+        key = (-index, float(level), job.submit_time)
+        if job.state != JobState.RUNNING or level + 1 >= len(grid):
+            return key, NEVER
+        return key, now + (grid[level + 1] - service) / job.gpus  # the index may change at the next grid point
 
     def order(self, jobs: Iterable[JobView], now: float) -> list[JobView]:
         # ``key`` inlined, with the distribution looked up once per GPU count: decide() ranks 25k jobs with it.
@@ -92,11 +100,7 @@ class TiresiasGittins(Policy):
         return [entry[4] for entry in decorated]
 
     def key_expiry(self, job: JobView, now: float) -> float:
-        if job.state != JobState.RUNNING:
-            return NEVER
-        service = job.attained_at(now)
-        nxt = self.distribution(job.gpus).next_level_at(service)
-        return NEVER if nxt is None else now + (nxt - service) / job.gpus
+        return self.key_and_expiry(job, now)[1]
 
     def describe(self) -> str:
         return f"{self.name} ({'per GPU count' if self.per_size else 'pooled'}, {len(self.pooled)} jobs learned)"

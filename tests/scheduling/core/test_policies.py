@@ -207,3 +207,19 @@ def test_running_job_extrapolation_needs_service_at(b):
     timed = b.job(1, 2, state=JobState.RUNNING, attained_service=10.0, executed_time=5.0, service_at=90.0)
     assert (timed.attained_at(100.0), timed.executed_at(100.0)) == (30.0, 15.0)
     assert math.isinf(TiresiasLas().key_expiry(b.job(2, 1), now=0.0))
+
+
+def test_qssf_memo_never_hides_a_late_reported_finish(b):
+    q = Qssf()
+    job = b.job("j", 1, 100.0)
+    assert q.predicted_service(job) == 0.0  # no history yet
+    q.observe_finished(finished(1, 1, 40.0, finish=90.0))  # finished before the job was submitted, reported late
+    assert q.predicted_service(job) == 40.0
+
+
+def test_running_job_without_known_gpus_is_never_preempted(b):
+    ghost = b.job("ghost", 2, 0.0, state=JobState.RUNNING, duration=1e6)  # the caller sent no allocation
+    snap = b.snapshot([b.node("n1", 2)], [ghost, b.job("short", 2, 1.0, duration=1.0)])
+    decision = decide(snap, now=2.0, policy="srsf", placement="count")
+    assert decision.preempt == ()
+    assert [p.job_id for p in decision.start] == ["short"]

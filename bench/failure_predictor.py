@@ -1,0 +1,170 @@
+"""Benchmark: failure-prediction quality and cost on generated fleets (the "Measured" section of docs/telemetry.md).
+
+For each seed it generates a fleet (default 2,000 GPUs x 60 days, hourly rows; no network, no files needed), runs
+the same walk-forward evaluation as ``corral failures evaluate`` (threshold chosen on the training part only) and
+reports alarm precision, recall and lead time per seed and pooled over seeds, recall per failure kind (ground
+truth the generator knows and labels.csv does not), and wall-clock costs. One seed also goes through a CSV write
+and read, to time the file path a site's export takes.
+
+    .venv/bin/python bench/failure_predictor.py                       # the documented run (~10 min on 2 cores)
+    .venv/bin/python bench/failure_predictor.py --gpus 400 --days 45 --seeds 1 --models gbdt   # quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from telemetry.csvio import read_labels, read_telemetry, write_labels, write_telemetry  # noqa: E402
+from telemetry.predict.evaluate import EvalConfig, EvaluationReport, evaluate  # noqa: E402
+from telemetry.predict.models import ModelKind  # noqa: E402
+from telemetry.synth import FleetConfig, generate  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--gpus", type=int, default=2000)
+    parser.add_argument("--days", type=float, default=60)
+    parser.add_argument("--seeds", default="1,2,3", help="comma-separated fleet seeds (GBDT runs on all)")
+    parser.add_argument("--models", default="gbdt,ensemble,cascade", help="ensemble/cascade run on the first seed")
+    parser.add_argument("--false-precursor-rate", type=float, default=FleetConfig().false_precursor_rate)
+    parser.add_argument("--no-csv", action="store_true", help="skip the CSV write/read timing")
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    args = parser.parse_args()
+    seeds = [int(s) for s in args.seeds.split(",")]
+    kinds = [ModelKind(m) for m in args.models.split(",")]
+
+    results: dict[str, object] = {
+        "fleet": {"gpus": args.gpus, "days": args.days, "false_precursor_rate": args.false_precursor_rate},
+        "machine": {"python": platform.python_version(), "cpus": _cpus()},
+        "runs": [],
+    }
+    runs: list[dict[str, object]] = results["runs"]  # type: ignore[assignment]
+    for i, seed in enumerate(seeds):
+        t0 = time.perf_counter()
+        config = FleetConfig(gpus=args.gpus, days=args.days, seed=seed, false_precursor_rate=args.false_precursor_rate)
+        fleet = generate(config)
+        gen_s = time.perf_counter() - t0
+        table, labels = fleet.table, fleet.labels
+        kinds_count = Counter(str(k) for k in fleet.kinds.values())
+        print(
+            f"seed {seed}: {len(table):,} rows, {len(table.gpu_names)} GPUs, {len(labels)} failures "
+            f"{dict(kinds_count)}; generated in {gen_s:.1f} s",
+            flush=True,
+        )
+        if i == 0 and not args.no_csv:
+            results["csv"] = _csv_roundtrip(fleet)
+            print(f"  csv: {results['csv']}", flush=True)
+        for kind in kinds:
+            if kind is not ModelKind.GBDT and i > 0:
+                continue
+            t1 = time.perf_counter()
+            report = evaluate(table, labels, EvalConfig(kind=kind))
+            wall = time.perf_counter() - t1
+            row = _summarise(report, fleet, seed, wall)
+            runs.append(row)
+            print(f"  {kind}: {json.dumps(row)}", flush=True)
+
+    results["pooled"] = _pool([r for r in runs if r["model"] == "gbdt"])
+    print("pooled gbdt:", json.dumps(results["pooled"]), flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
+
+
+def _summarise(report: EvaluationReport, fleet: object, seed: int, wall: float) -> dict[str, object]:
+    kinds = fleet.kinds  # type: ignore[attr-defined]
+    caught = Counter(str(kinds[u]) for u, _ in report.caught_failures)
+    missed = Counter(str(kinds[u]) for u, _ in report.missed_failures)
+    data = report.as_dict()
+    return {
+        "seed": seed,
+        "model": data["model"],
+        "precision": data["precision"],
+        "recall": data["recall"],
+        "median_lead_hours": data["median_lead_hours"],
+        "true_alarms": data["true_alarms"],
+        "false_alarms": data["false_alarms"],
+        "failures": data["failures"],
+        "caught": data["caught"],
+        "target_met_on_training_part": data["target_met_on_training_part"],
+        "validation_precision": data["validation"]["precision"],
+        "validation_recall": data["validation"]["recall"],
+        "test_row_average_precision": data["test_row_average_precision"],
+        "caught_by_kind": dict(caught),
+        "missed_by_kind": dict(missed),
+        "lead_hours": [round(h, 1) for h in report.test.lead_hours],
+        "folds": data["folds"],
+        "feature_seconds": data["feature_seconds"],
+        "train_seconds": data["train_seconds"],
+        "score_seconds": data["score_seconds"],
+        "wall_seconds": round(wall, 1),
+    }
+
+
+def _pool(runs: list[dict[str, object]]) -> dict[str, object]:
+    true = sum(int(r["true_alarms"]) for r in runs)  # type: ignore[call-overload]
+    false = sum(int(r["false_alarms"]) for r in runs)  # type: ignore[call-overload]
+    caught = sum(int(r["caught"]) for r in runs)  # type: ignore[call-overload]
+    failures = sum(int(r["failures"]) for r in runs)  # type: ignore[call-overload]
+    leads = [h for r in runs for h in r["lead_hours"]]  # type: ignore[attr-defined]
+    by_kind: Counter[str] = Counter()
+    all_kind: Counter[str] = Counter()
+    for r in runs:
+        by_kind.update(r["caught_by_kind"])  # type: ignore[arg-type]
+        all_kind.update(r["caught_by_kind"])  # type: ignore[arg-type]
+        all_kind.update(r["missed_by_kind"])  # type: ignore[arg-type]
+    return {
+        "seeds": len(runs),
+        "precision": round(true / (true + false), 3) if true + false else None,
+        "recall": round(caught / failures, 3) if failures else None,
+        "median_lead_hours": round(float(np.median(leads)), 1) if leads else None,
+        "alarms": true + false,
+        "failures": failures,
+        "recall_by_kind": {k: f"{by_kind[k]}/{n}" for k, n in sorted(all_kind.items())},
+        "mean_train_seconds_per_fold": round(
+            sum(float(r["train_seconds"]) for r in runs) / max(1, sum(int(r["folds"]) for r in runs)),
+            2,  # type: ignore[arg-type]
+        ),
+    }
+
+
+def _csv_roundtrip(fleet: object) -> dict[str, object]:
+    table, labels = fleet.table, fleet.labels  # type: ignore[attr-defined]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "telemetry.csv"
+        t0 = time.perf_counter()
+        write_telemetry(path, table)
+        write_labels(Path(tmp) / "labels.csv", labels)
+        t1 = time.perf_counter()
+        back = read_telemetry(path)
+        read_labels(Path(tmp) / "labels.csv")
+        t2 = time.perf_counter()
+        size_mb = path.stat().st_size / 1e6
+    assert len(back) == len(table)
+    return {
+        "rows": len(table),
+        "size_mb": round(size_mb),
+        "write_seconds": round(t1 - t0, 1),
+        "read_seconds": round(t2 - t1, 1),
+    }
+
+
+def _cpus() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 0
+
+
+if __name__ == "__main__":
+    main()

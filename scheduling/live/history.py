@@ -1,0 +1,81 @@
+"""The live loop's policy object, kept for the life of a worker process and taught from the database.
+
+Learning policies (``tiresias-gittins``, ``qssf``) rank jobs by what they learned from finished jobs. A policy
+built from its name each round would know nothing, so each worker process keeps one object per policy name and,
+before every round, tells it about the jobs that finished since the last round (a ``(finished_at, id)``
+watermark). Every worker derives the same history from the same rows, so it does not matter which one runs a
+round. A new process starts from the most recent ``HISTORY_LIMIT`` finished jobs.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from datetime import datetime
+
+from portal.jobs.models import Job
+from scheduling.core import Policy
+from scheduling.core.model import FinishedJob
+from scheduling.core.policies import resolve_policy
+from scheduling.core.states import JobState
+
+#: Finished jobs a fresh worker learns from (newest first); enough for a stable service distribution.
+HISTORY_LIMIT = 20_000
+#: Cancelled jobs are left out: their service was cut short by a person, not by the work they do.
+LEARNED_STATES = (JobState.SUCCEEDED.value, JobState.FAILED.value)
+
+
+@dataclass
+class _Taught:
+    policy: Policy
+    watermark: tuple[datetime, int] | None = None
+
+
+_policies: dict[str, _Taught] = {}
+_lock = threading.Lock()
+
+
+def _record(job: Job) -> FinishedJob:
+    last_run = (job.finished_at - job.started_at).total_seconds() if job.started_at and job.finished_at else 0.0
+    return FinishedJob(
+        id=job.pk,
+        tenant=job.tenant.slug,
+        user=job.user.get_username(),
+        gpus=job.gpus,
+        submit_time=job.submitted_at.timestamp(),
+        finish_time=job.finished_at.timestamp(),
+        executed_time=job.attained_service / job.gpus + max(0.0, last_run),
+        name=job.name,
+        succeeded=job.state == JobState.SUCCEEDED.value,
+    )
+
+
+def live_policy(name: str) -> Policy:
+    """The policy called ``name``, having observed every job that finished up to now (oldest first)."""
+    with _lock:
+        taught = _policies.get(name)
+        if taught is None:
+            taught = _policies[name] = _Taught(resolve_policy(name))
+        finished = Job.objects.filter(state__in=LEARNED_STATES, finished_at__isnull=False).select_related(
+            "tenant", "user"
+        )
+        if taught.watermark is None:
+            batch = list(finished.order_by("-finished_at", "-pk")[:HISTORY_LIMIT])[::-1]
+        else:
+            at, pk = taught.watermark
+            batch = list(
+                (finished.filter(finished_at__gt=at) | finished.filter(finished_at=at, pk__gt=pk)).order_by(
+                    "finished_at", "pk"
+                )
+            )
+        for job in batch:
+            taught.policy.observe_finished(_record(job))
+        if batch:
+            taught.watermark = (batch[-1].finished_at, batch[-1].pk)
+        return taught.policy
+
+
+def forget_policies() -> None:
+    """Drop every kept policy (tests; or after changing ``CORRAL_POLICY`` in a running process)."""
+    with _lock:
+        _policies.clear()
