@@ -29,7 +29,7 @@ from portal.jobs.models import Allocation, Job, JobTask, TaskState
 from portal.jobs.services import job_requeue
 from portal.nodes.models import Gpu, GpuHealth, Node
 from scheduling.core.states import JobState
-from scheduling.live.lease import LEASE_KEY
+from scheduling.live.lease import hold_round_lease
 from telemetry.health import HealthCause, Verdict, evaluate
 from telemetry.models import (
     METRIC_FIELDS,
@@ -76,20 +76,6 @@ def _dt(epoch_s: float) -> datetime:
 
 def _epoch(value: datetime) -> float:
     return value.timestamp()
-
-
-def _hold_scheduler_lease() -> None:
-    """Wait for, then hold until commit, the lease a scheduling round holds while it decides and applies.
-
-    A health action that changes a GPU's health and requeues its jobs must not interleave with a round that read
-    the GPU as healthy a moment before: either the round finished first (its new allocation is seen and requeued
-    here) or it starts after us (its snapshot sees the GPU drained). SQLite serialises writers by itself.
-    Precondition: inside ``transaction.atomic()``.
-    """
-    if connection.vendor != "postgresql":
-        return
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [LEASE_KEY])
 
 
 # -- ingest -------------------------------------------------------------------------------------------------------
@@ -351,7 +337,7 @@ def gpu_mark_unhealthy(*, gpu_id: int, verdict: Verdict, xid: int | None = None,
 
     Returns False (and does nothing) when the GPU is already unhealthy. Lock order: scheduler lease, GPU, jobs by id.
     """
-    _hold_scheduler_lease()
+    hold_round_lease()
     gpu = Gpu.objects.select_for_update().select_related("node").get(pk=gpu_id)
     if gpu.health == GpuHealth.UNHEALTHY:
         return False
@@ -406,7 +392,7 @@ def gpu_cordon(*, gpu_id: int, risk: float, model: FailureModel | None, now: dat
     prediction is not a fault, and the job's own checkpoint is cheaper than a restart.
     """
     now = now or timezone.now()
-    _hold_scheduler_lease()
+    hold_round_lease()
     gpu = Gpu.objects.select_for_update().select_related("node").get(pk=gpu_id)
     if gpu.health != GpuHealth.HEALTHY:
         return False

@@ -26,3 +26,16 @@ def try_acquire_round_lease() -> bool:
         cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [LEASE_KEY])
         (acquired,) = cursor.fetchone()
     return bool(acquired)
+
+
+def hold_round_lease() -> None:
+    """Wait for the lease, then hold it until the current transaction ends.
+
+    For changes that must not interleave with a round that has already read the cluster — e.g. draining a GPU and
+    requeueing its jobs: either the round finished first (its new allocation is seen and requeued) or it starts
+    after (its snapshot sees the GPU drained). Precondition: called inside ``transaction.atomic()``.
+    """
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [LEASE_KEY])
