@@ -189,14 +189,18 @@ class _Generator:
             storm[start : start + length] = True
         return _Node(name, model, rng.normal(0, 2.5), busy, util, mem, thermal, storm)
 
-    def _episodes(
-        self, rng: np.random.Generator, *, rate_per_year: float, hours: tuple[float, float], span: int | None = None
-    ) -> list[tuple[int, int]]:
-        span = self.steps if span is None else span
+    def _starts(self, rng: np.random.Generator, *, rate_per_year: float, span: int) -> list[int]:
+        """Start steps of a Poisson process with ``rate_per_year`` over ``span`` steps."""
         expected = rate_per_year * span * self.dt_h / 8760.0
+        return [int(rng.integers(0, max(1, span))) for _ in range(rng.poisson(expected))]
+
+    def _episodes(
+        self, rng: np.random.Generator, *, rate_per_year: float, hours: tuple[float, float]
+    ) -> list[tuple[int, int]]:
+        """(start, length) of episodes over the whole simulation, lengths uniform in ``hours``."""
         out = []
-        for _ in range(rng.poisson(expected)):
-            start = int(rng.integers(0, max(1, span)))
+        for _ in range(rng.poisson(rate_per_year * self.steps * self.dt_h / 8760.0)):
+            start = int(rng.integers(0, self.steps))  # start, then length: reordering draws changes every fleet
             out.append((start, max(1, int(round(rng.uniform(*hours) / self.dt_h)))))
         return out
 
@@ -249,7 +253,7 @@ class _Generator:
                 p = np.zeros(length)
                 p[onset:] = np.linspace(0, 1, length - onset, endpoint=False)
                 _precursor(rng, kind, p, ch)
-        for start, _ in self._episodes(rng, rate_per_year=c.false_precursor_rate, hours=(1, 1), span=length):
+        for start in self._starts(rng, rate_per_year=c.false_precursor_rate, span=length):
             episode = _false_precursor(rng, (np.arange(length) - start) * dt, ch)
             if not fails:
                 self.false_alarm[uuid] = (*self.false_alarm.get(uuid, ()), episode)

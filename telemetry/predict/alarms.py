@@ -11,7 +11,7 @@ The unit that matters to an operator is the *alarm*: "drain GPU X, it will fail 
 - *Lead time* is from a failure's earliest true alarm to the failure.
 - Persistence: before thresholding, each row's score is replaced by the minimum over the GPU's last
   ``persist_rows`` rows (:func:`persistent_scores`), so one noisy hour cannot raise an alarm; a real precursor
-  keeps the score up. On generated fleets three rows (hours) raised precision at equal recall by about a third.
+  keeps the score up. On generated fleets three rows (hours) raised precision at equal recall by about a quarter.
 
 :func:`choose_threshold` picks the threshold from scores on *training-period* data only.
 """

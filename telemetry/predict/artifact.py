@@ -35,13 +35,15 @@ class ArtifactHeader:
     created_at: float  # epoch seconds, supplied by the caller (the core never reads the clock)
     horizon_s: float
     threshold: float
-    persist_rows: int  # alarm when the score held for this many consecutive rows (see telemetry.predict.alarms)
     train_start: float
     train_end: float
     rows: int
     positive_rows: int
     failures: int
     feature_names: tuple[str, ...]
+    # Alarm only when the score held for this many consecutive rows (telemetry.predict.alarms). Defaults to 1 (no
+    # persistence) so headers written before the field existed still load.
+    persist_rows: int = 1
     metrics: dict[str, Any] = field(default_factory=dict)  # validation metrics measured when it was trained
     libraries: dict[str, str] = field(default_factory=dict)
 

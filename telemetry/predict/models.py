@@ -171,7 +171,16 @@ def _gbdt(seed: int) -> HistGradientBoostingClassifier:
 def _forest(seed: int) -> Pipeline:
     return make_pipeline(
         SimpleImputer(strategy="median", keep_empty_features=True),
-        RandomForestClassifier(n_estimators=150, min_samples_leaf=50, max_features="sqrt", n_jobs=1, random_state=seed),
+        # Each tree sees a third of the rows: the forest is the slowest member, and bagging small samples keeps
+        # it diverse while cutting its share of a 7-fold evaluation on a 2,000-GPU fleet several-fold.
+        RandomForestClassifier(
+            n_estimators=100,
+            min_samples_leaf=50,
+            max_features="sqrt",
+            max_samples=0.33,
+            n_jobs=1,
+            random_state=seed,
+        ),
     )
 
 

@@ -16,6 +16,18 @@ PURE_MODULES = [
     "telemetry.probe",
     "telemetry.probe.nvml",
     "telemetry.probe.simulated",
+    "telemetry.schema",
+    "telemetry.table",
+    "telemetry.csvio",
+    "telemetry.synth",
+    "telemetry.predict.features",
+    "telemetry.predict.labels",
+    "telemetry.predict.models",
+    "telemetry.predict.alarms",
+    "telemetry.predict.artifact",
+    "telemetry.predict.training",
+    "telemetry.predict.evaluate",
+    "telemetry.cli",
 ]
 
 ROOT = Path(__file__).resolve().parents[2]
