@@ -6,10 +6,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from django.db.models import QuerySet
-from django.utils import timezone
 
 from portal.jobs.models import Job, JobLogChunk
-from scheduling.core.states import JobState
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
@@ -51,11 +49,3 @@ def _chunk_start(job: Job, offset: int) -> int:
         JobLogChunk.objects.filter(job=job, offset__lte=offset).order_by("-offset").values_list("offset", flat=True)
     ).first()
     return start if start is not None else 0
-
-
-def job_attained_service(job: Job) -> float:
-    """GPU-seconds ``job`` has run over all attempts, including the current one."""
-    current = 0.0
-    if job.state == JobState.RUNNING.value and job.started_at is not None:
-        current = job.gpus * max(0.0, (timezone.now() - job.started_at).total_seconds())
-    return job.attained_service + current

@@ -21,7 +21,10 @@ CORRAL = Path(sys.executable).with_name("corral")
 )
 def test_usage_errors_are_one_line(args: list[str], words: str, tmp_path: Path) -> None:
     result = subprocess.run(
-        [str(CORRAL), *args], capture_output=True, text=True, env={"CORRAL_CONFIG": str(tmp_path / "c.json")},
+        [str(CORRAL), *args],
+        capture_output=True,
+        text=True,
+        env={"CORRAL_CONFIG": str(tmp_path / "c.json")},
         timeout=60,
     )
     assert result.returncode == 2
