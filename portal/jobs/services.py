@@ -206,9 +206,10 @@ def job_cancel(*, job: Job, by: AbstractBaseUser) -> Job:
     raise Conflict(f"job {job.pk} has already {state.value}")
 
 
-def job_requeue(job: Job, *, actor: str, reason: str, hardware: bool) -> Job:
+def job_requeue(job: Job, *, actor: str, reason: str, hardware: bool, kind: EventKind = EventKind.REQUEUED) -> Job:
     """Put a running ``job`` back in the queue as a whole gang: every task of its attempt is told to stop.
 
+    ``kind`` says why in the job's history (``requeued`` for lost hardware, ``preempted`` for the scheduler).
     ``hardware`` jobs (lost node, fatal GPU fault) count against ``CORRAL_MAX_HARDWARE_RETRIES``; past it the job
     fails instead of looping forever on a broken cluster. Precondition: ``job`` is row-locked by the caller.
     GPUs of tasks that are still alive stay allocated until those tasks report their exit.
@@ -234,7 +235,7 @@ def job_requeue(job: Job, *, actor: str, reason: str, hardware: bool) -> Job:
     if job.started_at is not None:
         job.attained_service += job.gpus * max(0.0, (timezone.now() - job.started_at).total_seconds())
     job.started_at = None
-    job_transition(job, JobState.PENDING, kind=EventKind.REQUEUED, actor=actor, reason=reason)
+    job_transition(job, JobState.PENDING, kind=kind, actor=actor, reason=reason)
     _kick_scheduler()
     return job
 

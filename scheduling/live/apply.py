@@ -76,7 +76,9 @@ def apply_decision(decision: Decision, live: LiveSnapshot) -> Applied:
     for job_id in decision.preempt:
         job = Job.objects.select_for_update().filter(pk=job_id, state=JobState.RUNNING.value).first()
         if job is not None:
-            job_requeue(job, actor=ACTOR, reason="preempted for a higher-priority job", hardware=False)
+            job_requeue(
+                job, actor=ACTOR, reason="preempted for a higher-priority job", hardware=False, kind=EventKind.PREEMPTED
+            )
             preempted += 1
     started = sum(_start(p, live) for p in decision.start)
     # Reasons change rarely between rounds: write only the ones that differ, grouped into one UPDATE each.

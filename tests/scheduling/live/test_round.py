@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import threading
+from datetime import timedelta
 
 import pytest
 from django.db import IntegrityError, connection, transaction
+from django.utils import timezone
 
-from portal.jobs.models import Allocation, Job
+from portal.jobs.models import Allocation, Job, JobTask
 from portal.jobs.services import job_submit
 from portal.nodes.models import Gpu
+from portal.nodes.services import TaskReport, node_heartbeat
 from scheduling.live.lease import try_acquire_round_lease
 from scheduling.live.models import SchedulerRound
 from scheduling.live.round import scheduling_round
@@ -97,3 +100,22 @@ def test_concurrent_rounds_never_double_place(world: World) -> None:
     active = list(Allocation.objects.filter(released_at__isnull=True).values_list("gpu_id", flat=True))
     assert len(active) == len(set(active)) == 8
     assert Job.objects.filter(state="running").count() == 8
+
+
+def test_preemption_is_recorded_as_such_and_waits_for_the_gpus(world: World, settings) -> None:  # noqa: ANN001
+    """A preemptive policy requeues the long-running job with a ``preempted`` event; the newcomer starts only once
+    the preempted process has exited and released its GPUs. Ref: #3"""
+    settings.CORRAL_POLICY = "tiresias-las"
+    hog = job_submit(user=world.eve, command="hog", gpus=8)
+    scheduling_round()
+    # The hog has run for hours: it sinks to the lowest LAS queue.
+    Job.objects.filter(pk=hog.pk).update(started_at=timezone.now() - timedelta(hours=10))
+    newcomer = job_submit(user=world.eve, command="new", gpus=1)
+    scheduling_round()
+    hog.refresh_from_db()
+    assert hog.state == "pending" and hog.events.last().kind == "preempted"
+    assert Job.objects.get(pk=newcomer.pk).state == "pending"  # the hog's processes still hold every GPU
+    for task in JobTask.objects.filter(job=hog, attempt=1):
+        node_heartbeat(node=task.node, reports=[TaskReport(hog.pk, 1, task.rank, "exited", exit_code=-15)])
+    scheduling_round()
+    assert Job.objects.get(pk=newcomer.pk).state == "running"
