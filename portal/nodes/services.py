@@ -206,9 +206,8 @@ def node_heartbeat(*, node: Node, reports: Sequence[TaskReport]) -> HeartbeatRep
     """
     reply = HeartbeatReply()
     now = timezone.now()
-    Node.objects.filter(pk=node.pk).update(last_heartbeat=now)
-    if node.state == NodeState.DOWN:
-        Node.objects.filter(pk=node.pk).update(state=NodeState.UP, state_reason="")
+    back_up = {"state": NodeState.UP, "state_reason": ""} if node.state == NodeState.DOWN else {}
+    Node.objects.filter(pk=node.pk).update(last_heartbeat=now, **back_up)
     reported = {r.key: r for r in reports}
     job_ids = sorted(
         {r.job for r in reports}

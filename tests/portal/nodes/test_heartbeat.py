@@ -198,3 +198,12 @@ def test_duplicate_gpu_uuids_are_a_400(world: World) -> None:
     body = {"gpus": [{"index": 0, "uuid": "GPU-x"}, {"index": 1, "uuid": "GPU-x"}]}
     response = agent_client(world.tokens["n1"]).post("/api/v1/agent/register/", body, format="json")
     assert response.status_code == 400 and "gpus" in response.json()
+
+
+def test_a_down_node_that_heartbeats_again_is_up(world: World) -> None:
+    n1 = world.nodes[0]
+    Node.objects.filter(pk=n1.pk).update(last_heartbeat=timezone.now() - timedelta(minutes=5))
+    assert nodes_mark_stale_down() == ["n1"]
+    node_heartbeat(node=Node.objects.get(pk=n1.pk), reports=[])
+    n1.refresh_from_db()
+    assert (n1.state, n1.state_reason) == ("up", "")
