@@ -3,7 +3,7 @@
 #
 #   make run     demo on http://127.0.0.1:8000: web, worker, beat and two agents with 4 simulated GPUs each
 #   make test    ruff, the migrations check and the whole pytest suite on a throw-away PostgreSQL and Redis
-#   make lint    ruff check + format --check          make fmt     ruff format + ruff check --fix
+#   make lint    ruff check + format --check, mypy    make fmt     ruff format + ruff check --fix
 #   make clean   removes var/ and caches              make distclean   ... and .venv
 
 SHELL := /bin/bash
@@ -55,13 +55,14 @@ test-services: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 fmt: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
 clean:
-	rm -rf var staticfiles .pytest_cache .ruff_cache
+	rm -rf var staticfiles .pytest_cache .ruff_cache .mypy_cache
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 
 distclean: clean

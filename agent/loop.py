@@ -174,11 +174,11 @@ class Agent:
             grace = self.grace if order.grace_seconds is None else order.grace_seconds
             for key in self._keys_of(order.job, order.attempt):
                 self.runner.kill(key, grace)
-        for order in reply.signal:
-            for key in self._keys_of(order.job, order.attempt):
-                self.runner.signal(key, order.signal)
-        for order in reply.forget:
-            for key in self._keys_of(order.job, order.attempt):
+        for signal_order in reply.signal:
+            for key in self._keys_of(signal_order.job, signal_order.attempt):
+                self.runner.signal(key, signal_order.signal)
+        for forget_order in reply.forget:
+            for key in self._keys_of(forget_order.job, forget_order.attempt):
                 self.runner.forget(key, self.grace)
                 self._remember_finished(key)
         for start in reply.start:

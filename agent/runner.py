@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypedDict
 
 from agent.client import LOG_CHUNK_BYTES, StartOrder, TaskKey, TaskState
 
@@ -399,7 +400,15 @@ def _close_log(task: Task) -> None:
         task.log_fd = None
 
 
-def _identity(user: JobUser | None) -> dict[str, object]:
+class _Identity(TypedDict, total=False):
+    """The :class:`subprocess.Popen` keyword arguments that :func:`_identity` may set (typed for the call)."""
+
+    user: int
+    group: int
+    extra_groups: list[int]
+
+
+def _identity(user: JobUser | None) -> _Identity:
     """Popen arguments that drop root: user, primary group and *only* that user's supplementary groups (root's
     own supplementary groups would otherwise survive the switch)."""
     if user is None:

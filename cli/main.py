@@ -16,7 +16,8 @@ import typer
 try:  # Typer 0.2x vendors click; its exceptions are not the installed click's.
     from typer._click.exceptions import NoArgsIsHelpError, UsageError
 except ImportError:  # pragma: no cover - an older Typer on plain click
-    from click.exceptions import NoArgsIsHelpError, UsageError
+    # Same names and roles, different classes: mypy checks against the vendored ones above (the pinned Typer).
+    from click.exceptions import NoArgsIsHelpError, UsageError  # type: ignore[assignment]
 
 from cli import client_commands
 from scheduling.sim import cli as sim_cli

@@ -101,9 +101,13 @@ def job_detail(job: Job, events: Sequence[JobEvent]) -> list[RenderableType]:
         rows.append(("Attempt", str(job["attempt"])))
     if job.get("exit_code") is not None:
         rows.append(("Exit code", str(job["exit_code"])))
-    for label, key in (("Submitted", "submitted_at"), ("Started", "started_at"), ("Finished", "finished_at")):
-        if job.get(key):
-            rows.append((label, _when(job.get(key))))
+    for label, when in (
+        ("Submitted", job.get("submitted_at")),
+        ("Started", job.get("started_at")),
+        ("Finished", job.get("finished_at")),
+    ):
+        if when:
+            rows.append((label, _when(when)))
     if job.get("env"):
         rows.append(("Env", " ".join(f"{k}={v}" for k, v in sorted(job["env"].items()))))
     for label, value in rows:

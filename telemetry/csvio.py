@@ -317,7 +317,8 @@ def _number_cells(column: str, values: np.ndarray) -> list[str]:
     else:
         text = np.round(np.where(missing, 0.0, values)).astype(np.int64).astype(str)
     text = np.where(missing, "", text)
-    return text.tolist()
+    cells: list[str] = text.tolist()
+    return cells
 
 
 def _format_number(column: str, value: float | None) -> str:

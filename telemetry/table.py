@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -58,7 +59,8 @@ class TelemetryTable:
         """Rows as dataclasses, for small tables and tests."""
         cols = {c: self.column(c) for c in NUMERIC_COLUMNS}
         for i in range(len(self)):
-            kwargs = {c: _plain(c, cols[c][i]) for c in NUMERIC_COLUMNS}
+            # Any: each column's type (float or int, either may be None) depends on its name, which a dict cannot say.
+            kwargs: dict[str, Any] = {c: _plain(c, cols[c][i]) for c in NUMERIC_COLUMNS}
             kwargs["xid"] = kwargs["xid"] or 0
             yield TelemetryRow(
                 timestamp=float(self.timestamp[i]),

@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from scheduling.core.states import JobState
+# Re-exported (``as``): JobState is part of this contract, and the core and simulator import it from here.
+from scheduling.core.states import JobState as JobState
 
 JobId = int | str
 

@@ -8,19 +8,26 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:  # annotations only: the heavy modules are imported inside the command (see above)
+    from scheduling.core.preemption import PreemptionCost
+    from scheduling.sim.report import Run
+    from scheduling.sim.trace import TraceJob
 
 PROGRESS_MIN_JOBS = 5000  # below this a run takes about a second: no bar
 
 
 class PlacementName(StrEnum):
-    count = "count"
-    consolidate = "consolidate"
-    topology = "topology"
+    # Upper-case members: a member called ``count`` would shadow ``str.count``. Typer matches the values.
+    COUNT = "count"
+    CONSOLIDATE = "consolidate"
+    TOPOLOGY = "topology"
 
 
 def register(app: typer.Typer) -> None:
@@ -38,7 +45,7 @@ def simulate_command(
     policy: Annotated[list[str], typer.Option("--policy", help="Policy name; repeat it, or 'all'.")],
     nodes: Annotated[int, typer.Option("--nodes", min=1, help="Nodes in the simulated cluster.")],
     gpus_per_node: Annotated[int, typer.Option("--gpus-per-node", min=1, help="GPUs per node.")],
-    placement: Annotated[PlacementName, typer.Option("--placement", help="Where jobs go.")] = PlacementName.count,
+    placement: Annotated[PlacementName, typer.Option("--placement", help="Where jobs go.")] = PlacementName.COUNT,
     racks: Annotated[int, typer.Option("--racks", min=1, help="Racks the nodes are spread over.")] = 1,
     preemption_overhead: Annotated[
         str, typer.Option("--preemption-overhead", help="Seconds per resumption, or 'helios' (7/30/60 s by size).")
@@ -85,7 +92,15 @@ def _policy_names(requested: list[str], known: list[str]) -> list[str]:
     return list(dict.fromkeys(requested))
 
 
-def _run_all(jobs, names, nodes, gpus_per_node, racks, placement, overhead):  # type: ignore[no-untyped-def]
+def _run_all(
+    jobs: Sequence[TraceJob],
+    names: list[str],
+    nodes: int,
+    gpus_per_node: int,
+    racks: int,
+    placement: str,
+    overhead: PreemptionCost,
+) -> list[Run]:
     from tqdm import tqdm
 
     from scheduling.sim.metrics import measure
@@ -102,7 +117,7 @@ def _run_all(jobs, names, nodes, gpus_per_node, racks, placement, overhead):  # 
     return runs
 
 
-def _print_table(runs) -> None:  # type: ignore[no-untyped-def]
+def _print_table(runs: Sequence[Run]) -> None:
     from rich.console import Console
     from rich.table import Table
 

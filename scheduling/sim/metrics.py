@@ -143,7 +143,8 @@ def resample(timeline: Timeline, bins: int = 600) -> tuple[list[float], list[flo
 
     def area(cum: np.ndarray, x: np.ndarray, values: np.ndarray) -> np.ndarray:
         i = np.clip(np.searchsorted(t, x, side="right") - 1, 0, len(t) - 1)
-        return cum[i] + values[i] * (x - t[i])
+        covered: np.ndarray = cum[i] + values[i] * (x - t[i])
+        return covered
 
     busy_v = np.asarray(timeline.busy_gpus, dtype=float)
     queue_v = np.asarray(timeline.queued_jobs, dtype=float)

@@ -9,13 +9,14 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from scheduling.sim.metrics import PolicyMetrics, resample
 from scheduling.sim.simulator import SimResult
 
-Figure = dict
+Figure = dict[str, Any]  # a plotly figure as JSON-like data
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,7 +27,7 @@ class Run:
     metrics: PolicyMetrics
 
 
-def _layout(title: str, x: str, y: str) -> dict:
+def _layout(title: str, x: str, y: str) -> dict[str, Any]:
     return {"title": {"text": title}, "xaxis": {"title": {"text": x}}, "yaxis": {"title": {"text": y}}, "height": 420}
 
 

@@ -24,7 +24,7 @@ from typing import Protocol
 from scheduling.core.engine import needs_preemptive_walk, run_round
 from scheduling.core.model import FinishedJob, GpuSlot, JobState, JobView, TenantLimits
 from scheduling.core.placement import PlacementModel, resolve_placement
-from scheduling.core.policies import Policy, resolve_policy
+from scheduling.core.policies import Key, Policy, resolve_policy
 from scheduling.core.pool import FreePool
 from scheduling.core.preemption import PreemptionCost
 from scheduling.sim.trace import TraceJob
@@ -145,7 +145,7 @@ class _Job:
         self.run_start = 0.0
         self.token = 0
         self.wake = math.inf
-        self.sort_key: tuple = ()
+        self.sort_key: tuple[Key, int] | tuple[()] = ()  # (policy key, trace index) once ranked
         self.done = False
         self.first_start: float | None = None
         self.held = 0.0
@@ -427,20 +427,30 @@ class _Simulation:
         return chain(map(_view, head), map(_view, islice(pend, k, None)))
 
     def _contested_running(self, now: float) -> list[_Job]:
-        """The running jobs that rank behind the best pending job, i.e. the only ones a round could preempt.
+        """The running jobs that rank behind the first pending job that overflows the free GPUs: the only ones a
+        round could preempt.
 
-        Running jobs ranked ahead of every pending job are kept by the full walk whatever happens (they come first
-        and already fit), so leaving them out of the round, with their GPUs, gives the same result for a fraction
-        of the work. When everything waiting fits in the free GPUs no running job is contested at all.
+        The pending jobs ahead of that one fit in the free GPUs, so every job ranked before it (those pending jobs
+        and the running jobs between them) fits in the walk's capacity and is taken, whatever comes after. Leaving
+        those running jobs out of the round, with their GPUs, leaves the same budget for the rest of the walk and
+        gives the same result for a fraction of the work. When everything waiting fits in the free GPUs no running
+        job is contested at all.
         """
         runs, pend = self.run_sorted, self.pend_sorted
-        if not runs or not pend or self.pending_gpus <= self.pool.total_free:
+        free = self.pool.total_free
+        if not runs or not pend or self.pending_gpus <= free:
             return []
-        return self._exact_running(now, bisect_left(runs, pend[0].sort_key, key=_by_sort_key))
+        i = 0
+        while free >= pend[i].trace.gpus:  # ends: the pending jobs need more than ``free`` in all
+            free -= pend[i].trace.gpus
+            i += 1
+        cut = pend[i].sort_key
+        return self._exact_running(now, bisect_left(runs, cut, key=_by_sort_key), cut)
 
-    def _exact_running(self, now: float, first: int) -> list[_Job]:
+    def _exact_running(self, now: float, first: int, cut: tuple[Key, int] | tuple[()] = ()) -> list[_Job]:
         """``run_sorted[first:]`` with exact keys. With improving keys the cached keys are upper bounds: refresh
-        the ones that might rank behind the best pending job, re-sort, and cut again."""
+        the ones that might rank behind ``cut`` (the first pending job that overflows the free GPUs), re-sort, and
+        cut again."""
         runs = self.run_sorted
         if self.policy.improving_keys and first < len(runs):
             key = self.policy.key
@@ -448,7 +458,7 @@ class _Simulation:
                 job.sort_key = (key(job.view, now), job.index)
             runs.sort(key=_by_sort_key)
             if first:
-                first = bisect_left(runs, self.pend_sorted[0].sort_key, key=_by_sort_key)
+                first = bisect_left(runs, cut, key=_by_sort_key)
         return runs[first:]
 
     def _start(self, job: _Job, slots: tuple[GpuSlot, ...], now: float) -> None:

@@ -40,12 +40,12 @@ def read_trace(path: str | Path) -> list[TraceJob]:
     """Read a CSV (optionally ``.gz``) trace."""
     path = Path(path)
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8", newline="") as f:  # type: ignore[operator]
+    with opener(path, "rt", encoding="utf-8", newline="") as f:
         return parse_trace(f, source=str(path))
 
 
 def parse_trace(lines: Iterable[str] | io.TextIOBase, *, source: str = "<trace>") -> list[TraceJob]:
-    reader = csv.DictReader(lines)  # type: ignore[arg-type]
+    reader = csv.DictReader(lines)
     missing = [c for c in REQUIRED if c not in (reader.fieldnames or ())]
     if missing:
         raise TraceError(f"{source}: missing column(s) {', '.join(missing)}")
@@ -54,7 +54,7 @@ def parse_trace(lines: Iterable[str] | io.TextIOBase, *, source: str = "<trace>"
     return jobs
 
 
-def _rows(reader: csv.DictReader, source: str) -> Iterator[TraceJob]:
+def _rows(reader: csv.DictReader[str], source: str) -> Iterator[TraceJob]:
     for line, row in enumerate(reader, start=2):
         try:
             yield TraceJob(
@@ -76,7 +76,7 @@ def write_trace(jobs: Iterable[TraceJob], path: str | Path) -> None:
     """Write jobs in the shared schema (tests and benchmarks generate their own small traces)."""
     path = Path(path)
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "wt", encoding="utf-8", newline="") as f:  # type: ignore[operator]
+    with opener(path, "wt", encoding="utf-8", newline="") as f:
         w = csv.writer(f, lineterminator="\n")
         w.writerow(["job_id", "user", "vc", "submit_time", "duration", "num_gpus", "status", "model_name"])
         for j in jobs:

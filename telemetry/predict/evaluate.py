@@ -218,7 +218,8 @@ def _walk_forward(
 
 def _positive(rows: ScoredRows, horizon: float) -> np.ndarray:
     with np.errstate(invalid="ignore"):
-        return rows.next_failure - rows.timestamp <= horizon
+        positive: np.ndarray = rows.next_failure - rows.timestamp <= horizon
+    return positive
 
 
 def _failure_outcomes(
@@ -238,7 +239,8 @@ def _failure_outcomes(
     }
     start, end = period
     scored = set(np.unique(rows.gpu).tolist())
-    caught, missed = [], []
+    caught: list[tuple[str, float]] = []
+    missed: list[tuple[str, float]] = []
     for g, ft in zip(*failures, strict=True):
         if not (start + horizon <= ft <= end) or int(g) not in scored:
             continue

@@ -168,7 +168,8 @@ class _Windows:
         GPU's first value when the window reaches back before its history)."""
         before = np.maximum(self.start(label) - 1, self.first)
         with np.errstate(invalid="ignore"):
-            return np.maximum(counter - counter[before], 0.0)
+            grown: np.ndarray = np.maximum(counter - counter[before], 0.0)
+        return grown
 
     def _sums(self, x: np.ndarray, label: str) -> tuple[np.ndarray, np.ndarray]:
         valid = ~np.isnan(x)
@@ -191,7 +192,8 @@ class _Windows:
         x = x.astype(np.float64)
         m = self.mean(x, label)
         m2 = self.mean(x * x, label)
-        return np.sqrt(np.maximum(m2 - m * m, 0.0))
+        spread: np.ndarray = np.sqrt(np.maximum(m2 - m * m, 0.0))
+        return spread
 
     def increased(self, counter: np.ndarray) -> np.ndarray:
         prev = np.concatenate(([np.nan], counter[:-1]))
@@ -214,7 +216,8 @@ class _Windows:
             known = np.array([first_seen.get(name, np.nan) for name in table.gpu_names])
             per_row = known[table.gpu]
             start = np.where(np.isnan(per_row), start, np.minimum(per_row, start))
-        return (self.t - start) / HOUR
+        age: np.ndarray = (self.t - start) / HOUR
+        return age
 
 
 def _node_median(table: TelemetryTable, x: np.ndarray) -> np.ndarray:

@@ -100,7 +100,8 @@ def _fit(kind: ModelKind, x: np.ndarray, y: np.ndarray, seed: int, max_negatives
 def _proba(model: Any, x: np.ndarray) -> np.ndarray:
     # One thread for the same reason as in fit(): prediction is OpenMP-parallel too, and as fragile under load.
     with threadpool_limits(limits=1):
-        return model.predict_proba(x)[:, 1]
+        proba: np.ndarray = model.predict_proba(x)[:, 1]  # scikit-learn is untyped
+    return proba
 
 
 @dataclass

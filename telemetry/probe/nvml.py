@@ -214,7 +214,8 @@ class NvmlProbe:
     def _throttle_reasons(self, handle: Any) -> int | None:
         for name in _THROTTLE_CALLS:
             if hasattr(self._nvml, name):
-                return self._get(name, handle)
+                reasons: int | None = self._get(name, handle)  # a bit mask; NVML's binding is untyped
+                return reasons
         return None
 
     def _retired_pages(self, handle: Any) -> int | None:

@@ -24,8 +24,10 @@ class Quota(Policy):
         self.preemptive = base.preemptive
         self.min_quantum = base.min_quantum
 
-    @property  # type: ignore[override]
-    def version(self) -> int:
+    # Policy.version is a plain attribute that learning policies bump; the wrapper has no state of its own and only
+    # mirrors the wrapped policy's, so it narrows it to read-only on purpose (nothing assigns a wrapper's version).
+    @property
+    def version(self) -> int:  # type: ignore[override]
         return self.base.version
 
     def key(self, job: JobView, now: float) -> Key:
