@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from scheduling.core import JobState, TenantLimits, WaitReason, decide
+from scheduling.core import JobState, JobView, TenantLimits, WaitReason, decide
 from scheduling.core.gittins import ServiceDistribution, geometric_grid
 from scheduling.core.model import FinishedJob
 from scheduling.core.policies import Quota, resolve_policy
@@ -113,6 +113,28 @@ def test_gittins_per_size_distributions(b):
     assert policy.distribution(4) is policy.pooled  # no 4-GPU history yet
     small, big = b.job("small", 1, 1.0), b.job("big", 8, 0.0)
     assert [j.id for j in policy.order([big, small], now=2.0)] == ["small", "big"]
+
+
+def test_gittins_order_is_a_stable_sort_by_key(b):
+    # order() ranks by two stable sorts and a per-GPU-count table memo; it must equal one stable sort by key().
+    policy = TiresiasGittins(grid=geometric_grid(10.0, 2.0, 1e6), min_samples=3)
+    jobs = [
+        b.job(i, gpus, float(i % 5), attained_service=float(service))
+        for i, (gpus, service) in enumerate(
+            [(1, 0), (8, 0), (1, 30), (2, 5000), (8, 30), (1, 0), (2, 0), (4, 30), (1, 5000), (8, 1e7)] * 3
+        )
+    ]
+    jobs.append(b.running("r", [("n1", 100), ("n1", 101)], 2.0, attained_service=20.0, service_at=0.0))
+
+    def by_key() -> list[JobView]:
+        return sorted(jobs, key=lambda job: policy.key(job, now=10.0))
+
+    assert policy.order(jobs, now=10.0) == by_key()  # nothing learned: LAS order by grid level
+    for i, seconds in enumerate([5.0, 40.0, 40.0, 900.0, 20.0]):
+        policy.observe_finished(finished(i, 1, seconds))
+        policy.observe_finished(finished(10 + i, 8, seconds * 3))
+        assert policy.order(jobs, now=10.0) == by_key()  # the memo follows every refit
+    assert policy.table(8) is policy.sizes[8].table and policy.table(4) is policy.pooled.table
 
 
 def test_geometric_grid_validates():
