@@ -19,7 +19,6 @@ from portal.jobs.services import job_cancel, job_submit
 from portal.nodes.models import Gpu, Node
 from portal.tenants.models import Tenant
 from portal.web.forms import JobSubmitForm
-from scheduling.core.states import TERMINAL
 
 LOG_PAGE_CHARS = 200_000
 
@@ -75,7 +74,7 @@ def _job_context(job: Job) -> dict[str, object]:
         "job": job,
         "tasks": tasks if job.state != "pending" else [],
         "events": list(job.events.all()),
-        "terminal": job.state in {s.value for s in TERMINAL},
+        "terminal": job.is_terminal,
     }
 
 
@@ -100,7 +99,7 @@ def job_log_view(request: HttpRequest, job_id: int) -> HttpResponse:
     except ValueError:
         offset = 0
     text, next_offset = job_log_read(job=job, offset=offset, limit=LOG_PAGE_CHARS)
-    done = job.state in {s.value for s in TERMINAL} and next_offset >= job.log_size
+    done = job.is_terminal and next_offset >= job.log_size
     return render(
         request, "jobs/partials/_log_tail.html", {"job": job, "log_text": text, "log_offset": next_offset, "done": done}
     )

@@ -64,9 +64,14 @@ def _start(placement: Placement, live: LiveSnapshot) -> bool:
     return True
 
 
+def reason_text(code: WaitReason, detail: str) -> str:
+    """What a pending job shows: the reason's label, then the core's detail in brackets (fits the column)."""
+    return (f"{code.label} ({detail})" if detail else code.label)[:255]
+
+
 def _set_reason(job_id: int, code: WaitReason, detail: str) -> None:
     Job.objects.filter(pk=job_id, state=JobState.PENDING.value).update(
-        reason_code=code.value, reason=(f"{code.label} ({detail})" if detail else code.label)[:255]
+        reason_code=code.value, reason=reason_text(code, detail)
     )
 
 
@@ -87,7 +92,7 @@ def apply_decision(decision: Decision, live: LiveSnapshot) -> Applied:
     )
     groups: dict[tuple[WaitReason, str], list[int]] = defaultdict(list)
     for job_id, wait in decision.waiting.items():
-        text = (f"{wait.reason.label} ({wait.detail})" if wait.detail else wait.reason.label)[:255]
+        text = reason_text(wait.reason, wait.detail)
         if job_id in current and current[job_id] != text:
             groups[(wait.reason, text)].append(int(job_id))
     for (code, text), ids in groups.items():

@@ -68,6 +68,7 @@ def test_job_detail_page_status_partial_and_log_tail(world: World, client: Clien
     tail = client.get(f"/jobs/{job.pk}/log/?offset=9", **HTMX)
     assert b"line two" in tail.content and b"line one" not in tail.content
     assert b'hx-swap-oob="beforeend:#log"' in tail.content and b"offset=18" in tail.content
+    assert b'hx-trigger="every 2s"' in tail.content  # a live job keeps being followed
 
 
 def test_log_tail_stops_polling_when_the_job_is_done(world: World, client: Client) -> None:
