@@ -173,3 +173,20 @@ def test_priority_policy_says_lower_priority_when_others_took_the_gpus(b):
     decision = decide(snap, now=0.0, policy="sjf", placement="count")
     assert list(started(decision)) == ["a"]
     assert reasons(decision) == {"b": WaitReason.LOWER_PRIORITY}
+
+
+def test_a_preemption_for_a_job_that_then_does_not_fit_is_undone(b):
+    # SRTF wants "wide" (4 GPUs) over the two long-running victims, and the count says it fits once they go, but
+    # under `consolidate` it needs one node and each node would only get 2 GPUs back: nobody may lose their GPUs.
+    jobs = [
+        b.running("keep1", [("n1", 10), ("n1", 11)], duration=100.0, executed_time=10.0),
+        b.running("victim1", [("n1", 12), ("n1", 13)], duration=10_000.0, executed_time=10.0),
+        b.running("keep2", [("n2", 20), ("n2", 21)], duration=100.0, executed_time=10.0),
+        b.running("victim2", [("n2", 22), ("n2", 23)], duration=10_000.0, executed_time=10.0),
+        b.job("wide", 4, 5.0, duration=500.0),
+    ]
+    snap = b.snapshot([b.node("n1", 4, free=[]), b.node("n2", 4, free=[])], jobs)
+    decision = decide(snap, now=10.0, policy="srtf", placement="consolidate")
+    assert decision.preempt == ()
+    assert decision.start == ()
+    assert reasons(decision) == {"wide": WaitReason.NO_NODE_FITS}
