@@ -1,8 +1,9 @@
 """The heartbeat loop: report what runs here, do what the portal answers.
 
-One iteration (:meth:`Agent.step`) is: reap exits, collect a report per task with its new log output, POST the
-heartbeat, then apply the reply (kill, forget, start, log offsets). It is a plain method returning how long to
-wait, so tests drive it against a real HTTP peer one beat at a time and :meth:`Agent.run` only adds the waiting.
+One iteration (:meth:`Agent.step`) is: reap exits, ship the GPUs' pending XID events if a task has a non-zero exit
+the portal has not heard of yet, collect a report per task with its new log output, POST the heartbeat, then apply
+the reply (kill, forget, start, log offsets). It is a plain method returning how long to wait, so tests drive it
+against a real HTTP peer one beat at a time and :meth:`Agent.run` only adds the waiting.
 
 Failure policy: the control plane being unreachable never stops the node. Tasks keep running, their logs keep
 accumulating on disk, and the next successful heartbeat sends everything from the offsets the portal holds.
@@ -30,6 +31,7 @@ from agent.client import (
     Registration,
     TaskKey,
     TaskReport,
+    TaskState,
     agent_version,
 )
 from agent.runner import Runner
@@ -75,6 +77,7 @@ class Agent:
         backoff: Backoff | None = None,
         retention_seconds: float = 7 * 86400.0,
         clock: Callable[[], float] = time.monotonic,
+        flush_xids: Callable[[PortalClient], bool] | None = None,
     ) -> None:
         self.client = client
         self.runner = runner
@@ -90,6 +93,10 @@ class Agent:
         #: Called with each successful registration (the telemetry shipper takes its sampling period from it).
         self.on_registered: list[Callable[[Registration], None]] = []
         self.finished: OrderedDict[TaskKey, None] = OrderedDict()
+        #: Ships the probe's pending XIDs through the given client; None when the node has no telemetry shipper.
+        self.flush_xids = flush_xids
+        #: Tasks whose exit a successful heartbeat has carried: their XIDs no longer need to go ahead of it.
+        self.exits_delivered: set[TaskKey] = set()
         self._next_prune = clock()
         self._turn = 0
 
@@ -99,6 +106,7 @@ class Agent:
         if self.registration is None and not self.register():
             return self.backoff.next()
         self.runner.poll()
+        self.ship_xids_before_failures()
         reports = self.collect_reports()
         try:
             reply = self.client.heartbeat(reports)
@@ -115,6 +123,8 @@ class Agent:
         self.backoff.reset()
         for report in reports:
             self.sent_offsets[report.key] = report.log_end
+            if report.state is not TaskState.RUNNING:
+                self.exits_delivered.add(report.key)
         self.apply(reply)
         self._maybe_prune()
         if any(report.log_end < report.log_size for report in reports):
@@ -142,6 +152,26 @@ class Agent:
         for callback in self.on_registered:
             callback(registration)
         return True
+
+    def ship_xids_before_failures(self) -> None:
+        """Before a non-zero exit first reaches the portal, ship the XID events the GPUs have pending. Ref: #4.
+
+        A process often dies *because* its GPU failed, and the driver queues the XID before the process sees its
+        error. The portal retries a job as killed by hardware only when it can pair the exit with a fatal XID, so
+        the XIDs must not trail the exit. The flush is tried before every heartbeat until one carrying the exit
+        succeeds (after an outage the XIDs therefore still go first); if it fails while the heartbeat gets through,
+        the exit is reported anyway, the XIDs follow with the shipper, and the portal pairs them up then.
+        """
+        self.exits_delivered &= self.runner.tasks.keys()
+        if self.flush_xids is None:
+            return
+        failed = [
+            key
+            for key, task in self.runner.tasks.items()
+            if task.state is TaskState.EXITED and task.exit_code != 0 and key not in self.exits_delivered
+        ]
+        if failed and not self.flush_xids(self.client):
+            log.debug("reporting the exit of %s before the GPUs' XID events could be shipped", failed[0].wire)
 
     def collect_reports(self) -> list[TaskReport]:
         """One report per tracked task, each carrying the log from the offset the portal holds.

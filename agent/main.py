@@ -178,6 +178,7 @@ def run(config: Config) -> int:
         log.warning("stopped %d job process group(s) a previous agent left running", orphans)
     loop_client = PortalClient(config.server, config.token)
     telemetry_client = PortalClient(config.server, config.token)
+    shipper = TelemetryShipper(gate, telemetry_client, interval=config.sample_interval)
     agent = Agent(
         loop_client,
         runner,
@@ -186,8 +187,8 @@ def run(config: Config) -> int:
         gpus=gpu_descriptors(probe),
         grace=config.grace,
         retention_seconds=config.retention_days * 86400.0,
+        flush_xids=shipper.flush_xids,  # a dying job's XIDs reach the portal before its exit does (issue #4)
     )
-    shipper = TelemetryShipper(gate, telemetry_client, interval=config.sample_interval)
     agent.on_registered.append(shipper.on_registered)
 
     stop = threading.Event()

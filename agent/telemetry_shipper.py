@@ -8,6 +8,12 @@ one XID 79 that explains why a job died.
 
 The probes are not thread-safe, and the loop thread marks simulated GPUs busy while the shipper samples them, so
 every probe call goes through :class:`ProbeGate`.
+
+One exception to "telemetry never delays a heartbeat": before the loop first reports a task's non-zero exit it
+calls :meth:`TelemetryShipper.flush_xids`, which drains the probe's XID events and ships the XID outbox at once.
+A process often dies *because* its GPU failed, and the portal can blame the hardware (and retry the job elsewhere)
+only if the XID arrives no later than the exit (issue #4). The flush is bounded: it waits at most
+:data:`FLUSH_LOCK_TIMEOUT` for a POST already in flight, and sends only XIDs.
 """
 
 from __future__ import annotations
@@ -30,6 +36,12 @@ XID_CAPACITY = 2_000
 SAMPLES_PER_POST = 500
 #: Batches sent per tick at most, so draining a long backlog cannot monopolise the portal in one go.
 MAX_POSTS_PER_TICK = 20
+#: How long a flush before an exit report waits for the driver's first XID event (NVML; a simulated probe never
+#: waits). The driver queues the XID before the dying process sees its error, so this is only a margin.
+FLUSH_WAIT_MS = 100
+#: How long a flush waits for the probe (a sample in progress) and then for the shipper thread's POST in flight,
+#: each, before giving up: the exit is reported anyway, and a heartbeat must never hang on a stuck driver.
+FLUSH_LOCK_TIMEOUT = 2.0
 
 
 class ProbeGate:
@@ -43,6 +55,19 @@ class ProbeGate:
     def sample(self, now: float) -> tuple[list[GpuSample], list[XidEvent]]:
         with self._lock:
             return self.probe.sample(now), self.probe.xid_events(0)
+
+    def xid_events(self, timeout_ms: int = 0, *, lock_timeout: float = -1) -> list[XidEvent] | None:
+        """The XID events the probe has queued, without sampling (waits at most ``timeout_ms`` for the first).
+
+        None when the probe stayed busy for ``lock_timeout`` seconds (negative: wait as long as it takes): a sample
+        in progress on a slow or hung driver, which a heartbeat must not wait for.
+        """
+        if not self._lock.acquire(timeout=lock_timeout):
+            return None
+        try:
+            return self.probe.xid_events(timeout_ms)
+        finally:
+            self._lock.release()
 
     def mark(self, gpus: tuple[int, ...], busy: bool, pid: int | None) -> None:
         """The runner's ``on_gpus`` hook. Only a simulated probe has ``set_busy``; real GPUs show real load."""
@@ -86,6 +111,9 @@ class TelemetryShipper:
         self.samples_per_post = samples_per_post
         self.wall_clock = wall_clock
         self.failing = False
+        #: Held while a batch is in flight: the outboxes' peek/ack pairs must not interleave between the shipper
+        #: thread (:meth:`ship`) and the heartbeat loop (:meth:`flush_xids`).
+        self._shipping = threading.Lock()
         #: Set by the first registration: before it the portal does not know this node's GPUs and would reject
         #: their samples, so they wait in the outbox.
         self.registered = threading.Event()
@@ -106,14 +134,60 @@ class TelemetryShipper:
         except Exception:  # a driver hiccup must not end telemetry for the agent's lifetime
             log.exception("GPU probe failed; skipping this sample")
             return
+        self._buffer(samples, events)
+
+    def _buffer(self, samples: list[GpuSample], events: list[XidEvent]) -> None:
         dropped = self.samples.push(samples) + self.xids.push(events)
         if dropped:
             log.warning("telemetry buffer full; dropped %d oldest item(s) (%d in total)", dropped, self.dropped)
+
+    def flush_xids(
+        self, client: PortalClient, *, wait_ms: int = FLUSH_WAIT_MS, lock_timeout: float = FLUSH_LOCK_TIMEOUT
+    ) -> bool:
+        """Drain the probe's pending XID events into the outbox and ship the whole XID outbox now, through
+        ``client`` (the caller's own: one client per thread). Samples stay for the next tick.
+
+        The heartbeat loop calls this before it first reports a non-zero exit, so that a fatal XID that killed the
+        job reaches the portal before the exit does. Returns True when the probe was read and every buffered XID
+        was accepted; False otherwise (the probe or a POST of the shipper still busy after ``lock_timeout``, not
+        registered yet, the portal unreachable). Nothing is lost then: the events stay in the probe or in the bounded
+        outbox, oldest dropped first and counted, as always.
+        """
+        try:
+            events = self.gate.xid_events(wait_ms, lock_timeout=lock_timeout)
+            if events is None:
+                log.warning("GPU probe busy; reporting an exit without waiting for its XID events")
+        except Exception:  # a driver hiccup must not cost the exit report
+            log.exception("GPU probe failed while reading XID events")
+            events = None
+        probe_read = events is not None
+        self._buffer([], events or [])
+        if not self.registered.is_set() or not self._shipping.acquire(timeout=lock_timeout):
+            return False
+        try:
+            for _ in range(MAX_POSTS_PER_TICK):
+                xids = self.xids.peek(self.samples_per_post)
+                if not xids.items:
+                    return probe_read
+                try:
+                    client.post_samples([], [event.to_dict() for event in xids.items], dropped=self.dropped)
+                except (PortalUnavailable, RegisterAgain, PortalRefused) as exc:
+                    level = logging.DEBUG if self.failing else logging.WARNING  # the outage is logged already
+                    log.log(level, "cannot ship %d XID event(s) ahead of an exit report (%s)", len(xids), exc)
+                    return False
+                self.xids.ack(xids)
+            return probe_read and len(self.xids) == 0
+        finally:
+            self._shipping.release()
 
     def ship(self) -> bool:
         """Send what is buffered, oldest first. Returns False if the portal could not take it (kept for later)."""
         if not self.registered.is_set():
             return False
+        with self._shipping:
+            return self._ship()
+
+    def _ship(self) -> bool:
         for _ in range(MAX_POSTS_PER_TICK):
             samples = self.samples.peek(self.samples_per_post)
             xids = self.xids.peek(self.samples_per_post)

@@ -15,8 +15,10 @@ import httpx
 
 from cli.errors import CliError
 
-#: Job states that are never left (the wire values of ``scheduling.core.states.TERMINAL``). Repeated here rather than
-#: imported so the client depends on the public API contract only, not on the server's code.
+#: Job states that are final (the wire values of ``scheduling.core.states.TERMINAL``). Repeated here rather than
+#: imported so the client depends on the public API contract only, not on the server's code. One exception: within
+#: ``CORRAL_XID_EXIT_WINDOW`` seconds a failed job may go back to the queue when a late fatal XID shows that its GPU
+#: killed it; ``corral logs -f`` stops at "failed" and does not follow that retry.
 TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled"})
 
 #: Seconds to wait for the portal; long enough for a busy portal, short enough that a dead one is reported quickly.
@@ -41,6 +43,7 @@ class Job(TypedDict):
     gpu_indices: list[Any]
     attempt: int
     hardware_retries: NotRequired[int]
+    time_limit: NotRequired[int | None]
     submitted_at: str | None
     started_at: str | None
     finished_at: str | None
@@ -127,14 +130,24 @@ class Client:
         return token
 
     def submit_job(
-        self, *, name: str, command: str, gpus: int, tenant: str | None = None, env: Mapping[str, str] | None = None
+        self,
+        *,
+        name: str,
+        command: str,
+        gpus: int,
+        tenant: str | None = None,
+        env: Mapping[str, str] | None = None,
+        time_limit: int | None = None,
     ) -> Job:
-        """Submit a job; the portal picks the tenant when the user belongs to exactly one."""
+        """Submit a job; the portal picks the tenant when the user belongs to exactly one. ``time_limit`` is in
+        seconds (None: no limit)."""
         payload: dict[str, Any] = {"name": name, "command": command, "gpus": gpus}
         if tenant:
             payload["tenant"] = tenant
         if env:
             payload["env"] = dict(env)
+        if time_limit is not None:
+            payload["time_limit"] = time_limit
         return cast(Job, self._json("POST", "/api/v1/jobs/", json=payload))
 
     def list_jobs(

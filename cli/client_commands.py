@@ -21,6 +21,7 @@ import typer
 
 from cli import config, render
 from cli.api import TERMINAL_STATES, Client
+from cli.durations import parse_duration
 from cli.errors import CliError
 
 P = ParamSpec("P")
@@ -170,6 +171,19 @@ def parse_env(pairs: Sequence[str]) -> dict[str, str]:
     return env
 
 
+def parse_time_limit(text: str | None) -> int | None:
+    """``--time-limit`` in seconds: ``2h``, ``90m``, ``1d 12h`` or plain seconds (the grammar the web form takes)."""
+    if text is None:
+        return None
+    try:
+        seconds = parse_duration(text)
+    except ValueError as exc:
+        raise CliError(f"--time-limit: {exc}", exit_code=2) from None
+    if seconds < 1:
+        raise CliError(f"--time-limit must be at least 1 second, got {text!r}", exit_code=2)
+    return seconds
+
+
 @_friendly
 def submit(
     command: Annotated[
@@ -185,19 +199,31 @@ def submit(
     env: Annotated[
         list[str] | None, typer.Option("--env", "-e", help="KEY=VALUE for the job's environment; repeatable.")
     ] = None,
+    time_limit: Annotated[
+        str | None,
+        typer.Option(
+            "--time-limit",
+            metavar="DURATION",
+            help="Stop the job (it fails) once it has run this long: 2h, 90m, 1d 12h or seconds. "
+            "Short limits may also use GPUs that are cordoned because they are predicted to fail.",
+        ),
+    ] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Submit a job; its command goes after `--`.
 
-    Example: corral submit --gpus 2 -e WANDB_MODE=offline -- python train.py --epochs 10
+    Example: corral submit --gpus 2 --time-limit 4h -e WANDB_MODE=offline -- python train.py --epochs 10
     """
+    limit = parse_time_limit(time_limit)
+    job_env = parse_env(env or [])
     with _client() as client:
         job = client.submit_job(
             name=name or derive_name(command),
             command=command_string(command),
             gpus=gpus,
             tenant=tenant,
-            env=parse_env(env or []),
+            env=job_env,
+            time_limit=limit,
         )
     if as_json:
         render.print_json(job)

@@ -20,6 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from cli.api import TERMINAL_STATES, Gpu, Job, JobEvent, Node
+from cli.durations import format_duration
 
 STATE_STYLES = {"pending": "yellow", "running": "cyan", "succeeded": "green", "failed": "red", "cancelled": "magenta"}
 
@@ -94,6 +95,9 @@ def job_detail(job: Job, events: Sequence[JobEvent]) -> list[RenderableType]:
         ("GPUs", str(job.get("gpus", ""))),
         ("Command", job.get("command", "")),
     ]
+    limit = _time_limit(job)
+    if limit:
+        rows.append(("Time limit", limit))
     placement = _placement(job)
     if placement:
         rows.append(("Placement", placement))
@@ -157,6 +161,19 @@ def _state(job: Job, *, with_cancel: bool = False) -> Text:
     text = Text(state, style=STATE_STYLES.get(state, ""))
     if with_cancel and job.get("cancel_requested") and state not in TERMINAL_STATES:
         text.append(" (cancel requested)", style="magenta")
+    return text
+
+
+def _time_limit(job: Job, now: datetime | None = None) -> str:
+    """``2h``, with what the running attempt has left (``2h (1h 13m 5s left)``); empty without a limit."""
+    limit = job.get("time_limit")
+    if not limit:
+        return ""
+    text = format_duration(limit)
+    started = _parse_time(job.get("started_at"))
+    if job.get("state") == "running" and started is not None:
+        elapsed = ((now or datetime.now(tz=UTC)) - started).total_seconds()
+        text += f" ({format_duration(max(0.0, limit - elapsed))} left)"
     return text
 
 

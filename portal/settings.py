@@ -194,10 +194,16 @@ CORRAL_SCHEDULE_EVERY: float = env.float("CORRAL_SCHEDULE_EVERY", default=5.0)
 CORRAL_SAMPLE_INTERVAL: float = env.float("CORRAL_SAMPLE_INTERVAL", default=10.0)
 #: How many times a job killed by hardware (lost node, fatal XID) is retried before it fails.
 CORRAL_MAX_HARDWARE_RETRIES: int = env.int("CORRAL_MAX_HARDWARE_RETRIES", default=3)
+#: Seconds between a fatal XID on a job's GPU and the job's non-zero exit (either first) within which the exit is
+#: blamed on the hardware and retried; also how long a failed job may be reopened by a late XID (architecture.md).
+CORRAL_XID_EXIT_WINDOW: float = env.float("CORRAL_XID_EXIT_WINDOW", default=30.0)
 #: Days raw telemetry samples are kept (1-minute rollups 30 days, 1-hour rollups 400; docs/telemetry.md).
 CORRAL_SAMPLE_RETENTION_DAYS: float = env.float("CORRAL_SAMPLE_RETENTION_DAYS", default=7)
 #: When set, GET /metrics requires "Authorization: Bearer <token>" (Prometheus: authorization.credentials).
 CORRAL_METRICS_TOKEN: str = env.str("CORRAL_METRICS_TOKEN", default="")
+#: The longest job time limit (seconds) a soft-cordoned GPU still takes: a GPU predicted to fail runs only jobs that
+#: will be over soon. Jobs without a time limit count as long. 0: cordoned GPUs take no new jobs at all.
+CORRAL_CORDON_MAX_TIME_LIMIT: int = env.int("CORRAL_CORDON_MAX_TIME_LIMIT", default=7200)
 #: Failure-risk score at which a GPU is soft-cordoned; unset = the active model's own validated alarm threshold.
 CORRAL_RISK_THRESHOLD: float | None = env.float("CORRAL_RISK_THRESHOLD", default=None)
 #: First port handed to multi-node gangs as MASTER_PORT (the job id is added to spread them).

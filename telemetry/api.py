@@ -3,8 +3,10 @@
 - ``POST /api/v1/agent/samples/``: GPU telemetry batches from node agents (docs/agent-protocol.md). Validated
   with the wire format's own ``from_dict`` (the one definition shared with the agent); bad input is a 400 naming
   the field, never a 500.
-- ``GET /api/v1/telemetry/gpus/``: every GPU's latest sample, health and predicted risk.
+- ``GET /api/v1/telemetry/gpus/``: every GPU's latest sample, health and predicted risk (``?node=``, ``?health=``).
 - ``GET /api/v1/telemetry/alerts/``: drained and at-risk GPU alerts (``?active=true|false``, ``?node=``).
+
+The list views' query parameters are declared once, in ``telemetry.filters`` (a bad value is a 400 naming it).
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from django.db.models import QuerySet
+from drf_spectacular.utils import extend_schema
 from rest_framework import generics, serializers
 from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
@@ -20,6 +23,7 @@ from rest_framework.response import Response
 
 from portal.api.agent_views import AgentView
 from portal.nodes.models import Gpu
+from telemetry.filters import AlertFilter, GpuTelemetryFilter
 from telemetry.models import METRIC_FIELDS, Alert, Sample
 from telemetry.sample import GpuSample, XidEvent
 from telemetry.selectors import alert_list, gpus_with_telemetry
@@ -142,25 +146,15 @@ class GpuTelemetrySerializer(serializers.ModelSerializer):
         return None if sample is None else LatestSampleSerializer(sample).data
 
 
-@extend_schema(
-    tags=["telemetry"],
-    parameters=[
-        OpenApiParameter("node", str, description="Only this node's GPUs."),
-        OpenApiParameter("health", str, description="healthy, cordoned or unhealthy."),
-    ],
-)
+@extend_schema(tags=["telemetry"])
 class GpuTelemetryView(generics.ListAPIView):
     """Every present GPU with its latest sample, health and predicted failure risk. Any signed-in user."""
 
     serializer_class = GpuTelemetrySerializer
+    filterset_class = GpuTelemetryFilter
 
-    def get_queryset(self):  # noqa: ANN201 - a QuerySet[Gpu]
-        gpus = gpus_with_telemetry()
-        if node := self.request.query_params.get("node"):
-            gpus = gpus.filter(node__name=node)
-        if health := self.request.query_params.get("health"):
-            gpus = gpus.filter(health=health)
-        return gpus
+    def get_queryset(self) -> QuerySet[Gpu]:
+        return gpus_with_telemetry()
 
 
 class AlertSerializer(serializers.ModelSerializer):
@@ -173,19 +167,12 @@ class AlertSerializer(serializers.ModelSerializer):
         fields = ["id", "at", "severity", "node", "gpu", "title", "message", "active", "resolved_at", "resolved_by"]
 
 
-@extend_schema(
-    tags=["telemetry"],
-    parameters=[
-        OpenApiParameter("active", bool, description="true: unresolved only; false: resolved only."),
-        OpenApiParameter("node", str, description="Only this node's alerts."),
-    ],
-)
+@extend_schema(tags=["telemetry"])
 class AlertListView(generics.ListAPIView):
     """Alerts raised for drained (critical) and predicted-to-fail (warning) GPUs, newest first."""
 
     serializer_class = AlertSerializer
+    filterset_class = AlertFilter
 
-    def get_queryset(self):  # noqa: ANN201 - a QuerySet[Alert]
-        active = self.request.query_params.get("active")
-        flag = {"true": True, "1": True, "false": False, "0": False}.get((active or "").lower())
-        return alert_list(node=self.request.query_params.get("node") or None, active=flag)
+    def get_queryset(self) -> QuerySet[Alert]:
+        return alert_list()

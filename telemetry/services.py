@@ -26,10 +26,12 @@ from django.db.models import Max, Min
 from django.utils import timezone
 
 from portal.jobs.models import Allocation, Job, JobTask, TaskState
-from portal.jobs.services import job_requeue
+from portal.jobs.selectors import cordon_rule
+from portal.jobs.services import job_reopen_after_hardware_fault, job_requeue
 from portal.nodes.models import Gpu, GpuHealth, Node
 from scheduling.core.states import JobState
 from scheduling.live.lease import hold_round_lease
+from telemetry.exits import XidBlame, jobs_an_xid_may_have_killed
 from telemetry.health import HealthCause, Verdict, evaluate
 from telemetry.models import (
     METRIC_FIELDS,
@@ -63,6 +65,8 @@ LATE_AFTER = timedelta(seconds=120)
 #: later, correct sample look like a duplicate.
 MAX_CLOCK_AHEAD = timedelta(minutes=5)
 PRUNE_CHUNK = 50_000
+#: How far back a GPU's first sample (no previous one stored) looks for the event its ``xid`` repeats.
+SAMPLE_XID_LOOKBACK = timedelta(minutes=5)
 
 
 def _setting(name: str, default: Any) -> Any:
@@ -108,6 +112,7 @@ class _Stored:
     rejected: int = 0
     xid_events: int = 0
     unhealthy: list[tuple[int, Verdict, int | None]] = field(default_factory=list)  # gpu id, verdict, fatal xid
+    fatal: list[tuple[int, XidEvent]] = field(default_factory=list)  # new fatal XIDs, with their GPU's id
 
 
 def telemetry_ingest(
@@ -123,7 +128,9 @@ def telemetry_ingest(
     Storing is one transaction (raw samples by COPY on PostgreSQL, the latest row per GPU upserted, XIDs, the
     node's counters including the agent's ``dropped`` count); a batch is idempotent, so a retried POST stores
     nothing twice. Health actions run afterwards, one transaction per GPU, so a failing action never loses the
-    samples that triggered it. Side effects: GPUs marked unhealthy, their jobs requeued, events, alerts, mail.
+    samples that triggered it. Then each new fatal XID may reopen a job whose non-zero exit reached the portal
+    before it (:func:`jobs_reopen_for_xid`). Side effects: GPUs marked unhealthy, their jobs requeued, events,
+    alerts, mail.
     """
     now = now or timezone.now()
     stored = _store_batch(node=node, samples=samples, xid_events=xid_events, dropped=dropped, now=now)
@@ -131,6 +138,8 @@ def telemetry_ingest(
     for gpu_id, verdict, xid in stored.unhealthy:
         if gpu_mark_unhealthy(gpu_id=gpu_id, verdict=verdict, xid=xid):
             drained.append(verdict.gpu_uuid)
+    for gpu_id, event in stored.fatal:
+        jobs_reopen_for_xid(gpu_id=gpu_id, event=event)
     return IngestResult(stored.accepted, stored.duplicates, stored.rejected, stored.xid_events, tuple(drained))
 
 
@@ -171,8 +180,9 @@ def _store_batch(
     out.accepted = len(rows)
     _insert_samples(rows)
     _upsert_latest(fresh, now)
-    new_events = _record_xids(gpus, xid_events, fresh)
+    new_events = _record_xids(gpus, xid_events, fresh, previous={gpu_id: row.ts for gpu_id, row in latest.items()})
     out.xid_events = len(new_events)
+    out.fatal = [(gpus[e.gpu_uuid].pk, e) for e in new_events if e.xid in FATAL_XIDS]
 
     if out.rejected:
         log.warning("node %s sent %d sample(s) for unknown GPUs or stamped in the future", node.name, out.rejected)
@@ -292,19 +302,48 @@ def _upsert_latest(fresh: Mapping[int, Sequence[GpuSample]], now: datetime) -> N
 
 
 def _record_xids(
-    gpus: Mapping[str, Gpu], events: Sequence[XidEvent], fresh: Mapping[int, Sequence[GpuSample]]
+    gpus: Mapping[str, Gpu],
+    events: Sequence[XidEvent],
+    fresh: Mapping[int, Sequence[GpuSample]],
+    *,
+    previous: Mapping[int, datetime],
 ) -> list[XidEvent]:
-    """Store XID events not stored before; returns the new ones. A sample's own ``xid`` field is recorded only
-    when no event of the same GPU and code came with the batch (the probe usually reports both)."""
+    """Store XID events not stored before; returns the new ones.
+
+    A sample's own ``xid`` field ("the last XID since the previous sample") repeats an event the probe reported
+    too, so it is recorded only when no event of the same GPU and code explains it: none in this batch, and none
+    stored since the GPU's previous sample (``previous``: the stored latest sample's time per GPU id; from that
+    instant on, inclusive, as the simulated probe stamps a fault injected between samples with it). The event
+    often travels in an earlier batch than the sample: NVML stamps an event when it is drained, after the sample
+    of that period was taken, and the agent ships a dying job's XIDs ahead of everything else.
+    """
     candidates = [e for e in events if e.gpu_uuid in gpus]
     announced = {(e.gpu_uuid, e.xid) for e in candidates}
     by_id = {g.pk: g for g in gpus.values()}
+    unexplained: list[tuple[int, datetime, GpuSample]] = []  # (gpu id, previous sample's time, sample)
     for gpu_id, batch in fresh.items():
         uuid = by_id[gpu_id].uuid
+        since = previous.get(gpu_id)
         for s in batch:
+            at = _dt(s.timestamp)
             if s.xid and (uuid, s.xid) not in announced:
-                candidates.append(XidEvent(gpu_uuid=uuid, xid=s.xid, timestamp=s.timestamp))
-                announced.add((uuid, s.xid))
+                unexplained.append((gpu_id, since or at - SAMPLE_XID_LOOKBACK, s))
+            since = at
+    if unexplained:
+        stored = XidRecord.objects.filter(
+            gpu_id__in={gpu_id for gpu_id, _, _ in unexplained},
+            at__gte=min(since for _, since, _ in unexplained),
+            at__lte=max(_dt(s.timestamp) for _, _, s in unexplained),
+        ).values_list("gpu_id", "xid", "at")
+        seen = defaultdict(list)
+        for gpu_id, code, at in stored:
+            seen[(gpu_id, code)].append(at)
+        for gpu_id, since, s in unexplained:
+            uuid = by_id[gpu_id].uuid
+            if (uuid, s.xid) in announced or any(since <= at <= _dt(s.timestamp) for at in seen[(gpu_id, s.xid)]):
+                continue
+            candidates.append(XidEvent(gpu_uuid=uuid, xid=s.xid, timestamp=s.timestamp))
+            announced.add((uuid, s.xid))
     if not candidates:
         return []
     keys = {(gpus[e.gpu_uuid].pk, e.xid, _dt(e.timestamp)) for e in candidates}
@@ -368,6 +407,31 @@ def gpu_mark_unhealthy(*, gpu_id: int, verdict: Verdict, xid: int | None = None,
     return True
 
 
+@transaction.atomic
+def jobs_reopen_for_xid(*, gpu_id: int, event: XidEvent, actor: str = HEALTH_ACTOR) -> list[int]:
+    """The exit-first order of issue #4: a fatal XID on a GPU arrived after the non-zero exit it caused, so the
+    job was recorded as failing by itself. Every job whose latest attempt held the GPU and that failed within
+    ``CORRAL_XID_EXIT_WINDOW`` of the XID is reopened as a hardware retry (``job_reopen_after_hardware_fault``
+    holds the rules). Returns the reopened job ids.
+
+    Precondition: the XID is already committed (``telemetry_ingest`` calls this after storing the batch). A
+    heartbeat settling one of these jobs at the same moment then either saw the XID and requeued the job itself, or
+    commits before the lock below is granted and the job is judged here as failed; neither order loses the retry,
+    and the job's row lock keeps both from requeueing it twice. Lock order: jobs by id (as heartbeats).
+    """
+    at = _dt(event.timestamp)
+    ids = jobs_an_xid_may_have_killed(gpu_id=gpu_id, at=at, now=timezone.now())
+    if not ids:
+        return []
+    blame = XidBlame(xid=event.xid, gpu=str(Gpu.objects.select_related("node").get(pk=gpu_id)), at=at)
+    reopened = []
+    for job in Job.objects.select_for_update().filter(pk__in=ids).order_by("pk"):
+        if job_reopen_after_hardware_fault(job, blame=blame, actor=actor):
+            reopened.append(job.pk)
+            log.warning("job %s had failed, but %s came within the window of its exit: retried", job.pk, blame.words())
+    return reopened
+
+
 def _requeue_jobs_on(gpu: Gpu, *, reason: str, actor: str) -> list[int]:
     """Requeue the running jobs whose current attempt holds ``gpu``. Precondition: in the caller's transaction."""
     held = defaultdict(set)
@@ -423,7 +487,7 @@ def gpu_cordon(*, gpu_id: int, risk: float, model: FailureModel | None, now: dat
         gpu=gpu,
         severity=AlertSeverity.WARNING,
         title=f"GPU {gpu} ({gpu.uuid}) predicted to fail: risk {risk:.2f}",
-        message=f"Soft-cordoned{version}: no new jobs are placed on it.{jobs}",
+        message=f"Soft-cordoned{version}: it {cordon_rule()}.{jobs}",
     )
     return True
 

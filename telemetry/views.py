@@ -16,6 +16,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from portal.jobs.selectors import cordon_rule
 from telemetry.metrics import CorralCollector
 from telemetry.selectors import metrics_data, node_page
 
@@ -50,7 +51,7 @@ def node_detail_view(request: HttpRequest, name: str) -> HttpResponse:
     page = node_page(name=name)
     if page is None:
         raise Http404("No such node.")
-    context = {"page": page, "node": page.node}
+    context = {"page": page, "node": page.node, "cordon_rule": cordon_rule()}
     if request.headers.get("HX-Request") == "true":
         return render(request, "telemetry/partials/_gpu_panel.html", context)
     return render(request, "telemetry/node_detail.html", context)

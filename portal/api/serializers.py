@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from portal.jobs.models import Job, JobEvent
+from portal.jobs.models import MAX_TIME_LIMIT, Job, JobEvent
 from portal.nodes.models import Gpu, Node
 
 MAX_GPUS_PER_JOB = 4096
@@ -16,6 +16,23 @@ class JobSubmitSerializer(serializers.Serializer):
     gpus = serializers.IntegerField(min_value=1, max_value=MAX_GPUS_PER_JOB)
     tenant = serializers.SlugField(required=False, allow_null=True, default=None)
     env = serializers.DictField(child=serializers.CharField(allow_blank=True, max_length=8192), required=False)
+    time_limit = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        default=None,
+        min_value=1,
+        max_value=MAX_TIME_LIMIT,
+        help_text=(
+            "Seconds each attempt may run, 1 to 2592000 (30 days); past it the job is stopped (SIGTERM, then "
+            "SIGKILL) and fails. Omit or null for no limit. Only jobs with a limit of at most "
+            "CORRAL_CORDON_MAX_TIME_LIMIT (7200 by default) may run on soft-cordoned GPUs."
+        ),
+        error_messages={
+            "invalid": "Give the time limit as a whole number of seconds.",
+            "min_value": "The time limit must be at least 1 second.",
+            "max_value": f"The time limit may be at most 30 days ({MAX_TIME_LIMIT} seconds).",
+        },
+    )
 
     def validate_command(self, value: str) -> str:
         if not value.strip():
@@ -56,6 +73,7 @@ class JobSerializer(serializers.ModelSerializer):
             "gpu_indices",
             "cancel_requested",
             "hardware_retries",
+            "time_limit",
             "submitted_at",
             "started_at",
             "finished_at",

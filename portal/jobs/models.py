@@ -14,6 +14,8 @@ if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
 JOB_STATE_CHOICES = [(s.value, s.value.capitalize()) for s in JobState]
+#: The longest time limit a job may ask for: 30 days, in seconds.
+MAX_TIME_LIMIT = 30 * 86_400
 ACTIVE_STATES = [JobState.PENDING.value, JobState.RUNNING.value]
 TERMINAL_STATES = sorted(s.value for s in TERMINAL)  # sorted: a frozenset's order changes between runs
 
@@ -38,7 +40,8 @@ class Job(models.Model):
     """A command to run on ``gpus`` GPUs, gang-scheduled (all at once, or not at all).
 
     ``attempt`` counts starts: a requeue (lost node, hardware fault, preemption) starts a new attempt, and rows
-    belonging to an older attempt (tasks, allocations, agent reports) are ignored from then on.
+    belonging to an older attempt (tasks, allocations, agent reports) are ignored from then on. ``time_limit``
+    bounds each attempt (counted from ``started_at``): past it the job is stopped and fails.
     """
 
     tenant = models.ForeignKey("tenants.Tenant", on_delete=models.PROTECT, related_name="jobs")
@@ -59,6 +62,9 @@ class Job(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
     attained_service = models.FloatField(default=0.0, help_text="GPU-seconds run in earlier attempts.")
+    time_limit = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Seconds each attempt may run before it is stopped; empty: no limit."
+    )
     log_size = models.PositiveBigIntegerField(default=0, help_text="Characters of output stored so far.")
 
     objects = JobQuerySet.as_manager()
@@ -74,6 +80,10 @@ class Job(models.Model):
             models.CheckConstraint(
                 condition=~Q(state__in=TERMINAL_STATES) | Q(finished_at__isnull=False),
                 name="%(app_label)s_%(class)s_finished_has_time",
+            ),
+            models.CheckConstraint(
+                condition=Q(time_limit__isnull=True) | Q(time_limit__gte=1, time_limit__lte=MAX_TIME_LIMIT),
+                name="%(app_label)s_%(class)s_time_limit_in_range",
             ),
         ]
 

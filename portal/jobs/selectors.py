@@ -3,11 +3,16 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING
 
+from django.conf import settings
 from django.db.models import QuerySet
 
 from portal.jobs.models import Job, JobLogChunk
+from scheduling.core.durations import format_duration
+from scheduling.core.states import JobState
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
@@ -21,6 +26,33 @@ def job_list(*, user: AbstractBaseUser | AnonymousUser) -> QuerySet[Job]:
 def job_get(*, user: AbstractBaseUser | AnonymousUser, job_id: int) -> Job | None:
     """One job if ``user`` may see it, else None (callers answer 404: a job of another tenant does not exist)."""
     return job_list(user=user).filter(pk=job_id).first()
+
+
+@dataclass(frozen=True, slots=True)
+class TimeLimit:
+    """A job's time limit as pages show it: ``limit`` ("2h"), and while it runs, ``left`` ("1h 12m 5s")."""
+
+    limit: str
+    left: str | None
+
+
+def job_time_limit(*, job: Job, now: datetime) -> TimeLimit | None:
+    """The job's time limit for display, with the time its current attempt has left while it runs; None when the
+    job has no limit."""
+    if job.time_limit is None:
+        return None
+    left = None
+    if job.state == JobState.RUNNING.value and job.started_at is not None:
+        left = format_duration(max(0.0, job.time_limit - (now - job.started_at).total_seconds()))
+    return TimeLimit(limit=format_duration(job.time_limit), left=left)
+
+
+def cordon_rule() -> str:
+    """What a soft-cordoned GPU still takes, for pages and help texts (``CORRAL_CORDON_MAX_TIME_LIMIT``)."""
+    longest = settings.CORRAL_CORDON_MAX_TIME_LIMIT
+    if longest <= 0:
+        return "takes no new jobs"
+    return f"takes only jobs with a time limit ≤ {format_duration(longest)}"
 
 
 def job_log_read(*, job: Job, offset: int = 0, limit: int = 1_000_000) -> tuple[str, int]:

@@ -9,17 +9,31 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import DateTimeField, DurationField, ExpressionWrapper, F, IntegerField
 from django.utils import timezone
 
 from portal.errors import Conflict, NotAllowed, QuotaExceeded, ValidationFailed
-from portal.jobs.models import ACTIVE_STATES, Allocation, EventKind, Job, JobEvent, JobLogChunk, JobTask, TaskState
+from portal.jobs.models import (
+    ACTIVE_STATES,
+    MAX_TIME_LIMIT,
+    Allocation,
+    EventKind,
+    Job,
+    JobEvent,
+    JobLogChunk,
+    JobTask,
+    TaskState,
+)
 from portal.nodes.models import Gpu
 from portal.tenants.models import Membership, Quota, Role, Tenant
-from scheduling.core.states import InvalidTransition, JobState, check_transition
+from scheduling.core.durations import format_duration
+from scheduling.core.states import InvalidTransition, JobState, check_reopen, check_transition
+from telemetry.exits import XidBlame, fatal_xid_near_exit, xid_exit_window
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractBaseUser
@@ -102,7 +116,7 @@ def _resolve_tenant(user: AbstractBaseUser, tenant: Tenant | str | None) -> Tena
     return resolved
 
 
-def _validate_spec(*, name: str, command: str, gpus: int, env: Mapping[str, str]) -> None:
+def _validate_spec(*, name: str, command: str, gpus: int, env: Mapping[str, str], time_limit: int | None) -> None:
     if not command.strip():
         raise ValidationFailed("the command is empty", field="command")
     if len(command) > MAX_COMMAND_CHARS:
@@ -120,6 +134,15 @@ def _validate_spec(*, name: str, command: str, gpus: int, env: Mapping[str, str]
             raise ValidationFailed(f"'{key}' is set by Corral and cannot be overridden", field="env")
         if not isinstance(value, str) or "\x00" in value:
             raise ValidationFailed(f"the value of '{key}' must be a string without NUL characters", field="env")
+    if time_limit is not None:
+        if isinstance(time_limit, bool) or not isinstance(time_limit, int) or time_limit < 1:
+            raise ValidationFailed("the time limit must be a whole number of seconds, at least 1", field="time_limit")
+        if time_limit > MAX_TIME_LIMIT:
+            raise ValidationFailed(
+                f"the time limit may be at most {format_duration(MAX_TIME_LIMIT)} ({MAX_TIME_LIMIT} seconds); "
+                f"this job asks for {format_duration(time_limit)}",
+                field="time_limit",
+            )
 
 
 def _check_fits(*, tenant: Tenant, gpus: int, quota: Quota | None) -> None:
@@ -148,17 +171,21 @@ def job_submit(
     name: str = "",
     tenant: Tenant | str | None = None,
     env: Mapping[str, str] | None = None,
+    time_limit: int | None = None,
 ) -> Job:
     """Queue a new job for ``user`` in ``tenant`` (their only tenant when omitted).
 
-    Refuses (``ValidationFailed``, field-scoped) a job that could never run: empty command, bad env, more GPUs than
-    the tenant's cap or the cluster; refuses (``QuotaExceeded``) when the tenant already has ``max_active_jobs``
-    jobs pending or running. That count is taken under the quota row's lock, so concurrent submits cannot
-    overshoot it. Side effects: a ``submitted`` event; a scheduling round after commit.
+    ``time_limit`` (seconds, 1 to 30 days; None: no limit) bounds each attempt: past it the job is stopped and
+    fails (see :func:`jobs_enforce_time_limits`); a short enough limit also lets it run on soft-cordoned GPUs.
+
+    Refuses (``ValidationFailed``, field-scoped) a job that could never run: empty command, bad env, a time limit
+    out of range, more GPUs than the tenant's cap or the cluster; refuses (``QuotaExceeded``) when the tenant
+    already has ``max_active_jobs`` jobs pending or running. That count is taken under the quota row's lock, so
+    concurrent submits cannot overshoot it. Side effects: a ``submitted`` event; a scheduling round after commit.
     """
     env = dict(env or {})
     name = (name or command.strip().split("\n", 1)[0])[:200]
-    _validate_spec(name=name, command=command, gpus=gpus, env=env)
+    _validate_spec(name=name, command=command, gpus=gpus, env=env, time_limit=time_limit)
     resolved = _resolve_tenant(user, tenant)
     quota = Quota.objects.select_for_update().filter(tenant=resolved).first()
     _check_fits(tenant=resolved, gpus=gpus, quota=quota)
@@ -167,7 +194,14 @@ def job_submit(
         if active >= quota.max_active_jobs:
             raise QuotaExceeded(f"tenant '{resolved.slug}' already has {active} jobs pending or running (its limit)")
     job = Job.objects.create(
-        tenant=resolved, user=user, name=name, command=command, gpus=gpus, env=env, queued_at=timezone.now()
+        tenant=resolved,
+        user=user,
+        name=name,
+        command=command,
+        gpus=gpus,
+        env=env,
+        time_limit=time_limit,
+        queued_at=timezone.now(),
     )
     _record(job, EventKind.SUBMITTED, actor=user.get_username(), to_state=JobState.PENDING.value)
     _kick_scheduler()
@@ -206,6 +240,59 @@ def job_cancel(*, job: Job, by: AbstractBaseUser) -> Job:
     raise Conflict(f"job {job.pk} has already {state.value}")
 
 
+#: Who the history names when the portal stops a job that ran past its time limit.
+TIME_LIMIT_ACTOR = "scheduler"
+
+
+@transaction.atomic
+def jobs_enforce_time_limits(*, now: datetime) -> list[int]:
+    """Fail every running job whose current attempt started more than its ``time_limit`` before ``now``.
+
+    Each such job becomes ``failed`` at once, with a ``failed`` event saying "time limit of 2h exceeded", and its
+    tasks are told to stop the way a cancel stops them: the next heartbeat sends SIGTERM, then SIGKILL after
+    ``CORRAL_KILL_GRACE``. Its GPUs stay allocated until each process has exited. A job whose cancel is already
+    under way is left to end cancelled.
+
+    Candidates are read in one query, then locked in id order (as heartbeats lock jobs) and checked again under the
+    lock, so a job that finished, was requeued or was cancelled meanwhile is left alone, and no job is failed twice.
+    ``now`` is the caller's clock (the scheduling round reads it). Returns the ids of the jobs it failed.
+    """
+    # The limit as an interval, typed at each step: SQLite's emulated date arithmetic needs to be told.
+    seconds = ExpressionWrapper(F("time_limit"), output_field=IntegerField())
+    limit = ExpressionWrapper(seconds * timedelta(seconds=1), output_field=DurationField())
+    deadline = ExpressionWrapper(F("started_at") + limit, output_field=DateTimeField())
+    overdue = list(
+        Job.objects.filter(state=JobState.RUNNING.value, time_limit__isnull=False, cancel_requested_at__isnull=True)
+        .alias(deadline=deadline)
+        .filter(deadline__lt=now)
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
+    failed: list[int] = []
+    for job in Job.objects.select_for_update().filter(pk__in=overdue).order_by("pk"):
+        if (
+            job.state != JobState.RUNNING.value
+            or job.cancel_requested_at is not None
+            or job.started_at is None
+            or job.time_limit is None
+            or now - job.started_at <= timedelta(seconds=job.time_limit)
+        ):
+            continue
+        JobTask.objects.filter(job=job, attempt=job.attempt, state__in=[TaskState.ASSIGNED, TaskState.RUNNING]).update(
+            kill_requested=True
+        )
+        job.exit_code = None
+        job_transition(
+            job,
+            JobState.FAILED,
+            kind=EventKind.FAILED,
+            actor=TIME_LIMIT_ACTOR,
+            reason=f"time limit of {format_duration(job.time_limit)} exceeded",
+        )
+        failed.append(job.pk)
+    return failed
+
+
 def job_requeue(job: Job, *, actor: str, reason: str, hardware: bool, kind: EventKind = EventKind.REQUEUED) -> Job:
     """Put a running ``job`` back in the queue as a whole gang: every task of its attempt is told to stop.
 
@@ -225,13 +312,15 @@ def job_requeue(job: Job, *, actor: str, reason: str, hardware: bool, kind: Even
         job.hardware_retries += 1
         if job.hardware_retries > settings.CORRAL_MAX_HARDWARE_RETRIES:
             job.exit_code = None
-            return job_transition(
+            job_transition(
                 job,
                 JobState.FAILED,
                 kind=EventKind.FAILED,
                 actor=actor,
                 reason=f"{reason}; gave up after {settings.CORRAL_MAX_HARDWARE_RETRIES} hardware retries",
             )
+            _kick_scheduler()  # its quota and any GPUs its exited ranks held are free for others
+            return job
     if job.started_at is not None:
         job.attained_service += job.gpus * max(0.0, (timezone.now() - job.started_at).total_seconds())
     job.started_at = None
@@ -264,8 +353,11 @@ def job_task_exited(*, task: JobTask, exit_code: int | None, actor: str) -> None
     """Record that one task's process ended, free its GPUs and settle the job when its gang is done.
 
     Rules: all tasks of the current attempt exited 0 → succeeded; a cancel was requested → cancelled once every
-    task has exited; any other non-zero exit → failed at once, and the remaining tasks are told to stop.
-    Reports of older attempts only free GPUs. Precondition: the caller holds the job's row lock.
+    task has exited; any other non-zero exit → failed at once, and the remaining tasks are told to stop — unless a
+    fatal XID hit one of the attempt's GPUs within ``CORRAL_XID_EXIT_WINDOW`` of now: then the hardware killed the
+    process, and the job is requeued as a hardware retry instead (bounded by ``CORRAL_MAX_HARDWARE_RETRIES``; the
+    event names the XID). Reports of older attempts only free GPUs. Precondition: the caller holds the job's row
+    lock. Ref: #4 (the XID that arrives *after* the exit is handled by ``job_reopen_after_hardware_fault``).
     """
     task.state = TaskState.EXITED
     task.exit_code = exit_code
@@ -284,14 +376,70 @@ def job_task_exited(*, task: JobTask, exit_code: int | None, actor: str) -> None
             _kick_scheduler()
         return
     if exit_code != 0:
+        what = f"exit code {exit_code}" if exit_code is not None else "the process could not start"
+        # A process that could not start never touched a GPU; only a real exit can be the hardware's doing.
+        blame = None
+        if exit_code is not None:
+            blame = fatal_xid_near_exit(job_id=job.pk, attempt=job.attempt, exited_at=task.finished_at)
+        if blame is not None:
+            reason = f"rank {task.rank}: {what}, {blame.gap(task.finished_at)} {blame.words()}: a hardware failure"
+            job_requeue(job, actor=actor, reason=reason, hardware=True)
+            return
         job.exit_code = exit_code
         JobTask.objects.filter(job=job, attempt=job.attempt, state__in=[TaskState.ASSIGNED, TaskState.RUNNING]).update(
             kill_requested=True
         )
-        what = f"exit code {exit_code}" if exit_code is not None else "the process could not start"
         job_transition(job, JobState.FAILED, kind=EventKind.FAILED, actor=actor, reason=f"rank {task.rank}: {what}")
         _kick_scheduler()
     elif all_done:
         job.exit_code = 0
         job_transition(job, JobState.SUCCEEDED, kind=EventKind.SUCCEEDED, actor=actor)
         _kick_scheduler()
+
+
+def job_reopen_after_hardware_fault(job: Job, *, blame: XidBlame, actor: str) -> bool:
+    """Put a job that failed on a non-zero exit back in the queue, because a fatal XID on its GPUs arrived after
+    the exit: the hardware killed it, the exit merely reached the portal first (Ref: #4).
+
+    This is the one transition out of a terminal state (``failed → pending``, :data:`~scheduling.core.states.
+    REOPENINGS`), so it is narrow. It happens only when the job failed on a non-zero exit of its latest attempt,
+    within ``CORRAL_XID_EXIT_WINDOW`` of the XID and no longer ago than that window (a failed job is final once the
+    window has passed), no cancel was asked for, its owner has not already resubmitted the same command to the same
+    tenant since, and it has hardware retries left (``CORRAL_MAX_HARDWARE_RETRIES``). Returns whether it reopened.
+
+    It counts as a hardware retry, is recorded as a ``requeued`` event (``failed → pending``) naming the XID,
+    forgets the failed attempt's exit code and finish time, and asks for a scheduling round after commit.
+    Precondition: the caller holds the job's row lock.
+    """
+    now = timezone.now()
+    window = xid_exit_window()
+    if (
+        job.state != JobState.FAILED.value
+        or job.exit_code in (None, 0)
+        or job.cancel_requested_at is not None
+        or job.finished_at is None
+        or now - job.finished_at > window
+        or abs(job.finished_at - blame.at) > window
+        or job.hardware_retries >= settings.CORRAL_MAX_HARDWARE_RETRIES
+    ):
+        return False
+    resubmitted = Job.objects.filter(
+        tenant_id=job.tenant_id, user_id=job.user_id, command=job.command, submitted_at__gt=job.finished_at
+    ).exists()
+    if resubmitted:  # the owner already runs it again; a second copy would race the first for its outputs
+        return False
+    current = JobState(job.state)
+    check_reopen(current, JobState.PENDING)
+    reason = f"its exit code {job.exit_code} came {blame.gap(job.finished_at)} {blame.words()}: a hardware failure"
+    if job.started_at is not None:
+        job.attained_service += job.gpus * max(0.0, (job.finished_at - job.started_at).total_seconds())
+    job.hardware_retries += 1
+    job.state = JobState.PENDING.value
+    job.exit_code = None
+    job.started_at = job.finished_at = None
+    job.queued_at = now
+    job.reason_code, job.reason = "", ""
+    job.save()
+    _record(job, EventKind.REQUEUED, actor=actor, reason=reason, from_state=current.value, to_state=job.state)
+    _kick_scheduler()
+    return True

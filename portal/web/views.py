@@ -8,13 +8,14 @@ from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from portal.api.filters import JobFilter
 from portal.api.views import jobs_with_placement
 from portal.errors import ServiceError
 from portal.jobs.models import Allocation, Job
-from portal.jobs.selectors import job_get, job_list, job_log_read
+from portal.jobs.selectors import cordon_rule, job_get, job_list, job_log_read, job_time_limit
 from portal.jobs.services import job_cancel, job_submit
 from portal.nodes.models import Gpu, Node
 from portal.tenants.models import Tenant
@@ -52,6 +53,7 @@ def job_submit_view(request: HttpRequest) -> HttpResponse:
                 command=data["command"],
                 gpus=data["gpus"],
                 tenant=data["tenant"] or None,
+                time_limit=data["time_limit"],
             )
         except ServiceError as exc:
             form.add_error(exc.field if exc.field in form.fields else None, exc.message)
@@ -75,6 +77,7 @@ def _job_context(job: Job) -> dict[str, object]:
         "tasks": tasks if job.state != "pending" else [],
         "events": list(job.events.all()),
         "terminal": job.is_terminal,
+        "time_limit": job_time_limit(job=job, now=timezone.now()),
     }
 
 
@@ -128,7 +131,12 @@ def node_list_view(request: HttpRequest) -> HttpResponse:
         {"node": n, "gpus": [(g, busy.get(g.pk)) for g in sorted(n.gpus.all(), key=lambda g: g.index) if g.present]}
         for n in nodes
     ]
-    context = {"rows": rows, "gpu_total": Gpu.objects.filter(present=True).count(), "gpu_busy": len(busy)}
+    context = {
+        "rows": rows,
+        "gpu_total": Gpu.objects.filter(present=True).count(),
+        "gpu_busy": len(busy),
+        "cordon_rule": cordon_rule(),
+    }
     if _is_htmx(request):
         return render(request, "nodes/partials/_node_table.html", context)
     return render(request, "nodes/node_list.html", context)

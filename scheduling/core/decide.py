@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from scheduling.core.engine import needs_preemptive_walk, run_round
 from scheduling.core.model import Decision, JobState, JobView, Snapshot
-from scheduling.core.placement import PlacementModel, resolve_placement
+from scheduling.core.placement import PlacementModel, explain_short_only, resolve_placement
 from scheduling.core.policies import resolve_policy
 from scheduling.core.policies.base import Policy
 from scheduling.core.pool import FreePool
@@ -26,7 +26,7 @@ def decide(
     """Decide which jobs to start (and where), which to preempt, and why every other pending job waits.
 
     Gang allocation: a job gets all its GPUs at once or none. Jobs that are neither pending nor running are
-    ignored.
+    ignored. Short-only GPUs (``NodeView.short_only``) go only to jobs the placement model counts as short.
     """
     pol = resolve_policy(policy)
     plc = resolve_placement(placement)
@@ -49,8 +49,9 @@ def decide(
         limits=snapshot.tenants,
         explain=True,
     )
-    return Decision(
+    decision = Decision(
         start=tuple(result.start),
         preempt=tuple(job.id for job in result.preempt),
         waiting=result.waiting,
     )
+    return explain_short_only(snapshot, decision, plc)  # a long job kept off short-only GPUs is told so

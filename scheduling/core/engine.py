@@ -22,7 +22,7 @@ from itertools import chain
 from operator import attrgetter
 
 from scheduling.core.model import JobId, JobState, JobView, Placement, TenantLimits, Wait, WaitReason, gpu_count
-from scheduling.core.placement import PlacementModel
+from scheduling.core.placement import PlacementModel, Shape
 from scheduling.core.policies.base import Policy
 from scheduling.core.pool import FreePool
 from scheduling.core.tenancy import Guarantees, Ledger
@@ -123,7 +123,7 @@ def _plain_walk(
     hol = policy.head_of_line
     free_at_start = pool.total_free
     blocked: Wait | None = None
-    failed_shapes: set[tuple[int, bool]] = set()
+    failed_shapes: set[Shape] = set()
     no_nodes = pool.empty
     for job in ordered:
         cap = ledger.cap_wait(job)
@@ -264,7 +264,7 @@ def _preemptive_walk(
         pool.give(job.allocation)
 
     # 4. Place wanted jobs in priority order.
-    failed_shapes: set[tuple[int, bool]] = set()
+    failed_shapes: set[Shape] = set()
     for job in wanted_pending:
         shape = placement.shape(job)
         slots = None if shape in failed_shapes else placement.place(pool, job)

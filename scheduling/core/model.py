@@ -29,6 +29,8 @@ class WaitReason(StrEnum):
     LOWER_PRIORITY = "lower_priority"  # a priority policy gave the free GPUs to jobs ahead of this one
     NO_SCHEDULABLE_NODES = "no_schedulable_nodes"
     PREEMPTED = "preempted"  # was running this round and lost its GPUs to a higher-priority job
+    # A long job (no time limit, or one above what short-only GPUs take) that only short-only GPUs would hold.
+    SHORT_JOBS_ONLY = "short_jobs_only"
 
     @property
     def label(self) -> str:
@@ -44,6 +46,7 @@ _REASON_LABELS: dict[WaitReason, str] = {
     WaitReason.LOWER_PRIORITY: "Queued: jobs with higher priority get the free GPUs first.",
     WaitReason.NO_SCHEDULABLE_NODES: "Waiting: no node is up and accepting work.",
     WaitReason.PREEMPTED: "Preempted by a higher-priority job; waiting to resume.",
+    WaitReason.SHORT_JOBS_ONLY: "Waiting for GPUs: the only free ones that would fit are cordoned (predicted to fail).",
 }
 
 
@@ -54,14 +57,21 @@ def gpu_count(n: int) -> str:
 
 @dataclass(frozen=True, slots=True)
 class NodeView:
-    """A node as the scheduler sees it. ``free_gpus`` holds GPU ids (the caller's own ids) that are healthy,
-    not allocated, and on a node that accepts work."""
+    """A node as the scheduler sees it. ``free_gpus`` holds GPU ids (the caller's own ids) that are not allocated
+    and may take work, on a node that accepts work.
+
+    ``short_only`` names GPUs of this node, free or not, that take only *short* jobs: jobs whose time limit is at
+    most the placement model's ``short_limit`` (the live loop lists soft-cordoned GPUs here: a GPU predicted to
+    fail should not take a job that will still be running when it does). A short-only GPU that is free is in
+    ``free_gpus`` too; one held by a running job is listed so that it stays short-only when a preemption frees it.
+    """
 
     name: str
     total_gpus: int
     free_gpus: tuple[int, ...]
     rack: str = ""
     schedulable: bool = True
+    short_only: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +88,9 @@ class JobView:
 
     ``attained_service`` is GPU-seconds executed so far (GPUs x seconds), the quantity Tiresias's 2D-LAS ranks by;
     ``executed_time`` is plain seconds executed. ``duration`` is only set by the simulator for clairvoyant oracle
-    policies and must be ignored by every non-clairvoyant one.
+    policies and must be ignored by every non-clairvoyant one. ``time_limit`` is what the user promised: seconds
+    one attempt may run before the portal stops it (None: no limit). Placement reads it to decide whether the job
+    may use short-only GPUs; no policy ranks by it.
     """
 
     id: JobId
@@ -99,6 +111,7 @@ class JobView:
     # sends). The simulator sets it to the start of the current run so a running job's view need not be rebuilt
     # every event: the core extrapolates ``gpus x (now - service_at)`` for running jobs.
     service_at: float | None = None
+    time_limit: float | None = None
 
     def attained_at(self, now: float) -> float:
         """GPU-seconds executed as of ``now`` (running jobs keep accruing service after ``service_at``)."""

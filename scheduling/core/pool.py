@@ -7,6 +7,11 @@ over 10k GPUs must stay well under a frame of work.
 
 Only schedulable nodes are in the pool. GPUs on a draining node are invisible: a preempted job's GPUs there are
 not handed to anyone else.
+
+Short-only GPUs (``NodeView.short_only``: soft-cordoned in the live loop) are in the pool, but a job that may not
+use them (a long one) is placed in :attr:`FreePool.open`, a second pool over the same nodes without them. The two
+are kept in step: a GPU taken through either is gone from both. A pool without short-only GPUs has no ``open``
+view and pays one ``None`` check per placement, so the simulator and a healthy cluster run as before.
 """
 
 from __future__ import annotations
@@ -24,7 +29,20 @@ class FreePool:
     one always agree.
     """
 
-    __slots__ = ("names", "racks", "capacity", "free", "buckets", "total_free", "max_capacity", "index", "complete")
+    __slots__ = (
+        "names",
+        "racks",
+        "capacity",
+        "free",
+        "buckets",
+        "total_free",
+        "max_capacity",
+        "index",
+        "complete",
+        "short_only",
+        "open",
+        "main",
+    )
 
     def __init__(self, nodes: Iterable[NodeView]) -> None:
         self.names: list[str] = []
@@ -32,6 +50,12 @@ class FreePool:
         self.capacity: list[int] = []
         self.free: list[list[int]] = []
         self.index: dict[str, int] = {}
+        #: Node number -> its short-only GPU ids (free or not); empty when the pool has none.
+        self.short_only: dict[int, frozenset[int]] = {}
+        #: The same nodes without their short-only GPUs, where long jobs are placed; None when there are none.
+        self.open: FreePool | None = None
+        #: For an ``open`` view: the whole pool it belongs to (GPUs taken here are taken there too).
+        self.main: FreePool | None = None
         nodes = list(nodes)
         usable = [n for n in nodes if n.schedulable]
         self.complete = len(usable) == len(nodes)  # every node is in the pool: any allocation is reusable
@@ -48,6 +72,27 @@ class FreePool:
             self.free.append(ids)
             self.buckets[len(ids)][i] = None
             self.total_free += len(ids)
+            if node.short_only:
+                self.short_only[i] = frozenset(node.short_only)
+        if self.short_only:
+            self.open = self._open_view(usable)
+
+    def _open_view(self, usable: list[NodeView]) -> FreePool:
+        """The pool a long job sees: every node (same numbers), none of the short-only GPUs."""
+        views = []
+        for i, node in enumerate(usable):
+            barred = self.short_only.get(i, frozenset())
+            views.append(
+                NodeView(
+                    name=node.name,
+                    total_gpus=self.capacity[i] - len(barred),
+                    free_gpus=tuple(g for g in node.free_gpus if g not in barred),
+                    rack=node.rack,
+                )
+            )
+        view = FreePool(views)
+        view.main = self
+        return view
 
     @classmethod
     def uniform(cls, nodes: int, gpus_per_node: int, racks: int = 1) -> FreePool:
@@ -97,7 +142,13 @@ class FreePool:
         return [i for k in range(self.max_capacity, 0, -1) for i in sorted(self.buckets[k])]
 
     def take(self, node: int, count: int) -> list[GpuSlot]:
-        """Remove ``count`` GPUs (lowest ids first) from ``node`` and return them as slots."""
+        """Remove ``count`` GPUs (lowest ids first) from ``node`` and return them as slots.
+
+        In a pool with short-only GPUs, a short job taking GPUs here gets the node's short-only ones first, which
+        leaves the others to jobs that can use nothing else; the ``open`` or ``main`` view loses the same GPUs.
+        """
+        if self.open is not None or self.main is not None:
+            return self._take_in_step(node, count)
         ids = self.free[node]
         before = len(ids)
         taken = ids[:count]
@@ -108,8 +159,37 @@ class FreePool:
         name = self.names[node]
         return [GpuSlot(name, g) for g in taken]
 
+    def _take_in_step(self, node: int, count: int) -> list[GpuSlot]:
+        barred = self.short_only.get(node, frozenset())
+        ids = self.free[node]
+        taken = sorted(ids, key=lambda g: g not in barred)[:count] if barred else ids[:count]
+        self._drop(node, taken)
+        if self.open is not None:
+            self.open._drop(node, [g for g in taken if g not in barred])
+        elif self.main is not None:
+            self.main._drop(node, taken)
+        name = self.names[node]
+        return [GpuSlot(name, g) for g in sorted(taken)]
+
+    def _drop(self, node: int, gpus: list[int]) -> None:
+        """Remove these free GPUs of ``node`` from this pool only."""
+        if not gpus:
+            return
+        ids = self.free[node]
+        before = len(ids)
+        for g in gpus:
+            ids.remove(g)
+        self.total_free -= len(gpus)
+        del self.buckets[before][node]
+        self.buckets[len(ids)][node] = None
+
     def give(self, slots: Iterable[GpuSlot]) -> None:
-        """Return GPUs to the pool (a finished or preempted job). GPUs on nodes outside the pool are dropped."""
+        """Return GPUs to the pool (a finished or preempted job). GPUs on nodes outside the pool are dropped.
+
+        GPUs go back through the whole pool, which hands the ``open`` view its share; never give to a view."""
+        if self.open is not None:
+            slots = tuple(slots)
+            self.open.give(s for s in slots if s.gpu not in self.short_only.get(self.index.get(s.node, -1), ()))
         index = self.index
         for slot in slots:
             node = index.get(slot.node)
@@ -138,6 +218,9 @@ class FreePool:
 
     def take_exact(self, slots: Iterable[GpuSlot]) -> None:
         """Remove these exact GPUs (a job keeps the GPUs it already had)."""
+        if self.open is not None:
+            slots = tuple(slots)
+            self.open.take_exact(s for s in slots if s.gpu not in self.short_only.get(self.index[s.node], ()))
         index = self.index
         for slot in slots:
             node = index[slot.node]

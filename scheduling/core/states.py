@@ -18,7 +18,7 @@ class JobState(StrEnum):
     CANCELLED = "cancelled"
 
 
-#: States a job never leaves.
+#: States no ordinary transition leaves. The one exception is :data:`REOPENINGS`, below.
 TERMINAL: frozenset[JobState] = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
 
 #: Allowed ``from -> {to}`` changes. ``running -> pending`` is a requeue (preemption, lost node, hardware fault):
@@ -30,6 +30,14 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     JobState.FAILED: frozenset(),
     JobState.CANCELLED: frozenset(),
 }
+
+
+#: The only way out of a terminal state, kept apart from :data:`TRANSITIONS` so that :func:`check_transition` keeps
+#: refusing it. A job that *failed* on a non-zero exit is put back in the queue when a fatal GPU fault (XID) on its
+#: GPUs turns up within seconds of that exit, i.e. the hardware killed it; only the service that checks that
+#: evidence calls :func:`check_reopen`, and only within ``CORRAL_XID_EXIT_WINDOW`` of the failure (see
+#: docs/architecture.md). Succeeded and cancelled jobs are never reopened.
+REOPENINGS: dict[JobState, frozenset[JobState]] = {JobState.FAILED: frozenset({JobState.PENDING})}
 
 
 class InvalidTransition(Exception):
@@ -45,5 +53,14 @@ def check_transition(current: JobState | str, target: JobState | str) -> JobStat
     """Return ``target`` as a :class:`JobState` if ``current -> target`` is allowed, else raise."""
     cur, tgt = JobState(current), JobState(target)
     if tgt not in TRANSITIONS[cur]:
+        raise InvalidTransition(cur, tgt)
+    return tgt
+
+
+def check_reopen(current: JobState | str, target: JobState | str) -> JobState:
+    """Return ``target`` as a :class:`JobState` if ``current -> target`` is one of the :data:`REOPENINGS`, else
+    raise. Ordinary state changes use :func:`check_transition`, which never allows leaving a terminal state."""
+    cur, tgt = JobState(current), JobState(target)
+    if tgt not in REOPENINGS.get(cur, frozenset()):
         raise InvalidTransition(cur, tgt)
     return tgt

@@ -9,7 +9,9 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from portal.jobs.services import jobs_enforce_time_limits
 from scheduling.core import decide
+from scheduling.core.placement import resolve_placement
 from scheduling.live.apply import apply_decision
 from scheduling.live.history import live_policy
 from scheduling.live.lease import try_acquire_round_lease
@@ -23,24 +25,29 @@ class RoundResult:
     preempted: int
     pending: int
     duration_ms: float
+    timed_out: int = 0  # running jobs stopped this round for running past their time limit
 
 
 def scheduling_round() -> RoundResult | None:
     """Run one round with the policy and placement named in settings; None when another round holds the lease.
 
-    The clock is read here, once, and handed to the core, which never reads it itself.
+    The clock is read here, once, and handed to the core, which never reads it itself. The round first fails the
+    running jobs that are past their time limit (their processes are stopped through the next heartbeats), then
+    decides. Soft-cordoned GPUs go only to jobs with a time limit of at most ``CORRAL_CORDON_MAX_TIME_LIMIT``.
     """
     began = time.perf_counter()
     with transaction.atomic():
         if not try_acquire_round_lease():
             return None
         now = timezone.now()
+        timed_out = jobs_enforce_time_limits(now=now)
         live = build_snapshot(now=now)
+        placement = resolve_placement(settings.CORRAL_PLACEMENT, short_limit=settings.CORRAL_CORDON_MAX_TIME_LIMIT)
         decision = decide(
             live.snapshot,
             now=now.timestamp(),
             policy=live_policy(settings.CORRAL_POLICY),
-            placement=settings.CORRAL_PLACEMENT,
+            placement=placement,
         )
         applied = apply_decision(decision, live)
         duration_ms = (time.perf_counter() - began) * 1000
@@ -51,4 +58,4 @@ def scheduling_round() -> RoundResult | None:
             started=applied.started,
             preempted=applied.preempted,
         )
-    return RoundResult(applied.started, applied.preempted, applied.waiting, duration_ms)
+    return RoundResult(applied.started, applied.preempted, applied.waiting, duration_ms, len(timed_out))

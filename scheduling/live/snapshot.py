@@ -31,10 +31,16 @@ def _ts(value: datetime | None) -> float | None:
 
 
 def build_snapshot(*, now: datetime) -> LiveSnapshot:
-    """Read nodes, free GPUs, pending and running jobs and tenant quotas as of ``now`` (the caller's clock)."""
+    """Read nodes, free GPUs, pending and running jobs and tenant quotas as of ``now`` (the caller's clock).
+
+    Soft-cordoned GPUs (predicted to fail) are offered as short-only: the placement built from
+    ``CORRAL_CORDON_MAX_TIME_LIMIT`` gives them only to jobs with a time limit at most that long. Unhealthy GPUs
+    are never offered.
+    """
     nodes = list(Node.objects.exclude(state=NodeState.DOWN).order_by("name"))
     taken = set(Allocation.objects.filter(released_at__isnull=True).values_list("gpu_id", flat=True))
     free: dict[int, list[int]] = defaultdict(list)
+    cordoned: dict[int, list[int]] = defaultdict(list)
     totals: dict[int, int] = defaultdict(int)
     gpu_index: dict[int, int] = {}
     for gpu_id, node_id, index, health in Gpu.objects.filter(present=True, node__in=nodes).values_list(
@@ -42,7 +48,11 @@ def build_snapshot(*, now: datetime) -> LiveSnapshot:
     ):
         totals[node_id] += 1
         gpu_index[gpu_id] = index
-        if gpu_id not in taken and health == GpuHealth.HEALTHY:
+        if health == GpuHealth.CORDONED:
+            cordoned[node_id].append(gpu_id)
+        elif health != GpuHealth.HEALTHY:
+            continue
+        if gpu_id not in taken:
             free[node_id].append(gpu_id)
     node_views = tuple(
         NodeView(
@@ -51,6 +61,7 @@ def build_snapshot(*, now: datetime) -> LiveSnapshot:
             free_gpus=tuple(sorted(free[n.pk], key=gpu_index.__getitem__)),
             rack=n.rack,
             schedulable=n.state == NodeState.UP,
+            short_only=tuple(sorted(cordoned[n.pk])),
         )
         for n in nodes
     )
@@ -84,6 +95,7 @@ def build_snapshot(*, now: datetime) -> LiveSnapshot:
                 last_started=_ts(j.started_at) if running else None,
                 last_queued=_ts(j.queued_at) or j.submitted_at.timestamp(),
                 name=j.name,
+                time_limit=float(j.time_limit) if j.time_limit is not None else None,
             )
         )
     limits = {

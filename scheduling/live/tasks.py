@@ -15,9 +15,12 @@ from scheduling.live.round import scheduling_round
 
 @shared_task(autoretry_for=(OperationalError,), retry_backoff=True, max_retries=3, ignore_result=True)
 def schedule_round() -> dict[str, float] | None:
-    """Place pending jobs. Runs on the beat cadence and after every submit, finish and cancel."""
+    """Stop jobs past their time limit and place pending jobs. Runs on the beat cadence and after every submit,
+    finish and cancel."""
     result = scheduling_round()
-    return None if result is None else {"started": result.started, "pending": result.pending}
+    if result is None:
+        return None
+    return {"started": result.started, "pending": result.pending, "timed_out": result.timed_out}
 
 
 @shared_task(autoretry_for=(OperationalError,), retry_backoff=True, max_retries=3, ignore_result=True)

@@ -35,6 +35,8 @@ class FakePortal:
         self.registrations: list[dict[str, Any]] = []
         self.heartbeats: list[dict[str, Any]] = []
         self.sample_posts: list[dict[str, Any]] = []
+        self.calls: list[tuple[str, dict[str, Any]]] = []  # every accepted call in arrival order: (path, body)
+        self.samples_status: int | None = None  # answer sample posts with this error status instead
         self.orders: dict[str, dict[str, Any]] = {}
         self.sticky_start = False  # keep sending start even after the task was reported
         self.kills: dict[tuple[int, int], float | None] = {}
@@ -127,12 +129,16 @@ class FakePortal:
                     return self.register_again_status, {"detail": "register again"}
                 return 200, self._heartbeat(body)
             if path == "/api/v1/agent/samples/":
+                if self.samples_status is not None:
+                    return self.samples_status, {"detail": "unavailable"}
                 self.sample_posts.append(body)
+                self.calls.append((path, body))
                 return 200, {"accepted": len(body["samples"])}
         return 404, {"detail": "Not found."}
 
     def _heartbeat(self, body: dict[str, Any]) -> dict[str, Any]:
         self.heartbeats.append(body)
+        self.calls.append(("/api/v1/agent/heartbeat/", body))
         offsets: dict[str, int] = {}
         done: set[tuple[int, int]] = set()
         running: set[tuple[int, int]] = set()
