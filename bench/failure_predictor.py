@@ -6,8 +6,12 @@ reports alarm precision, recall and lead time per seed and pooled over seeds, re
 truth the generator knows and labels.csv does not), and wall-clock costs. One seed also goes through a CSV write
 and read, to time the file path a site's export takes.
 
-    .venv/bin/python bench/failure_predictor.py                       # the documented run (~10 min on 2 cores)
+    .venv/bin/python bench/failure_predictor.py --seeds 1 --no-csv    # the documented run: seeds 1 and 2, side by side
     .venv/bin/python bench/failure_predictor.py --gpus 400 --days 45 --seeds 1 --models gbdt   # quick look
+
+Models: ``gbdt``, ``ensemble``, ``cascade`` (sliding training, as ``corral failures evaluate`` runs them) and
+``gbdt-static`` (one boosted-tree model, not retrained during the test part: the paper's kind of baseline, and
+the one the generator's difficulty was calibrated against; see docs/telemetry.md).
 """
 
 from __future__ import annotations
@@ -37,25 +41,41 @@ def main() -> None:
     parser.add_argument("--gpus", type=int, default=2000)
     parser.add_argument("--days", type=float, default=60)
     parser.add_argument("--seeds", default="1,2,3", help="comma-separated fleet seeds")
-    parser.add_argument("--models", default="gbdt,cascade,ensemble", help="models to evaluate on every seed")
-    parser.add_argument("--slow-models-once", default="ensemble", help="models run on the first seed only")
+    parser.add_argument(
+        "--models", default="gbdt-static,gbdt,ensemble,cascade", help="models to evaluate on every seed"
+    )
+    parser.add_argument("--slow-models-once", default="", help="models run on the first seed only")
     parser.add_argument("--false-precursor-rate", type=float, default=FleetConfig().false_precursor_rate)
+    parser.add_argument("--marginal-bank-share", type=float, default=FleetConfig().marginal_bank_share)
     parser.add_argument("--no-csv", action="store_true", help="skip the CSV write/read timing")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
-    kinds = [ModelKind(m) for m in args.models.split(",")]
-    once = {ModelKind(m) for m in args.slow_models_once.split(",") if m}
+    variants = args.models.split(",")
+    for v in variants:
+        _eval_config(v)  # fail fast on a typo
+    once = {m for m in args.slow_models_once.split(",") if m}
 
     results: dict[str, object] = {
-        "fleet": {"gpus": args.gpus, "days": args.days, "false_precursor_rate": args.false_precursor_rate},
+        "fleet": {
+            "gpus": args.gpus,
+            "days": args.days,
+            "false_precursor_rate": args.false_precursor_rate,
+            "marginal_bank_share": args.marginal_bank_share,
+        },
         "machine": {"python": platform.python_version(), "cpus": _cpus()},
         "runs": [],
     }
     runs: list[dict[str, object]] = results["runs"]  # type: ignore[assignment]
     for i, seed in enumerate(seeds):
         t0 = time.perf_counter()
-        config = FleetConfig(gpus=args.gpus, days=args.days, seed=seed, false_precursor_rate=args.false_precursor_rate)
+        config = FleetConfig(
+            gpus=args.gpus,
+            days=args.days,
+            seed=seed,
+            false_precursor_rate=args.false_precursor_rate,
+            marginal_bank_share=args.marginal_bank_share,
+        )
         fleet = generate(config)
         gen_s = time.perf_counter() - t0
         table, labels = fleet.table, fleet.labels
@@ -68,22 +88,30 @@ def main() -> None:
         if i == 0 and not args.no_csv:
             results["csv"] = _csv_roundtrip(fleet)
             print(f"  csv: {results['csv']}", flush=True)
-        for kind in kinds:
-            if kind in once and i > 0:
+        for variant in variants:
+            if variant in once and i > 0:
                 continue
             t1 = time.perf_counter()
-            report = evaluate(table, labels, EvalConfig(kind=kind))
+            report = evaluate(table, labels, _eval_config(variant))
             wall = time.perf_counter() - t1
             row = _summarise(report, fleet, seed, wall)
+            row["model"] = variant
             runs.append(row)
-            print(f"  {kind}: {json.dumps(row)}", flush=True)
+            print(f"  {variant}: {json.dumps(row)}", flush=True)
 
-    pooled = {str(k): _pool([r for r in runs if r["model"] == str(k)]) for k in kinds}
+    pooled = {v: _pool([r for r in runs if r["model"] == v]) for v in variants}
     results["pooled"] = pooled
     for kind, summary in pooled.items():
         print(f"pooled {kind}:", json.dumps(summary), flush=True)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
+
+
+def _eval_config(variant: str) -> EvalConfig:
+    kind, _, mode = variant.partition("-")
+    if mode not in ("", "static"):
+        raise SystemExit(f"unknown model variant {variant!r}")
+    return EvalConfig(kind=ModelKind(kind), sliding=mode != "static")
 
 
 def _summarise(report: EvaluationReport, fleet: object, seed: int, wall: float) -> dict[str, object]:
@@ -137,6 +165,8 @@ def _pool(runs: list[dict[str, object]]) -> dict[str, object]:
         "alarms": true + false,
         "failures": failures,
         "recall_by_kind": {k: f"{by_kind[k]}/{n}" for k, n in sorted(all_kind.items())},
+        "hindsight_precision_at_recall_0.5": [r["hindsight_precision_at_recall"].get("0.5") for r in runs],  # type: ignore[attr-defined]
+        "validation_precision_recall": [(r["validation_precision"], r["validation_recall"]) for r in runs],
         "mean_train_seconds_per_fold": round(
             sum(float(r["train_seconds"]) for r in runs) / max(1, sum(int(r["folds"]) for r in runs)),
             2,  # type: ignore[arg-type]

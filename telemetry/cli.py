@@ -55,6 +55,9 @@ def synth(
     false_precursor_rate: Annotated[
         float, typer.Option(help="Precursor-like episodes per GPU-year on GPUs that do not fail.")
     ] = 0.4,
+    marginal_bank_share: Annotated[
+        float, typer.Option(help="Share of memory look-alikes that are marginal banks (the difficulty knob).")
+    ] = 0.15,
 ) -> None:
     """Write a synthetic fleet with failures (fault model: docs/telemetry.md)."""
     try:
@@ -69,6 +72,7 @@ def synth(
             failure_rate=failure_rate,
             sudden_fraction=sudden_fraction,
             false_precursor_rate=false_precursor_rate,
+            marginal_bank_share=marginal_bank_share,
         )
         fleet = generate(config)
         out.mkdir(parents=True, exist_ok=True)
@@ -91,6 +95,9 @@ def evaluate(
     test_fraction: Annotated[float, typer.Option(help="Later fraction of the history used as the test part.")] = 1 / 3,
     retrain_every: Annotated[str, typer.Option(help="Sliding training: retrain this often.")] = "7d",
     train_window: Annotated[str, typer.Option(help="Sliding training: train on this much recent history.")] = "60d",
+    sliding: Annotated[
+        bool, typer.Option("--sliding/--static", help="Retrain during the test part, or keep the split's model.")
+    ] = True,
     target_precision: Annotated[float, typer.Option(help="Precision the threshold aims for (training part).")] = 0.84,
     seed: Annotated[int, typer.Option(help="Random seed for the learners.")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
@@ -114,6 +121,7 @@ def evaluate(
             test_fraction=test_fraction,
             retrain_every_s=parse_duration(retrain_every),
             train_window_s=parse_duration(train_window),
+            sliding=sliding,
             target_precision=target_precision,
             seed=seed,
         )

@@ -50,6 +50,10 @@ class EvalConfig:
     test_fraction: float = 1 / 3
     retrain_every_s: float = 7 * DAY
     train_window_s: float = DEFAULT_TRAIN_WINDOW_S
+    #: Sliding training in the test part (the default, as the control plane runs it). ``False`` keeps the model
+    #: fitted at the split for the whole test part: the static baseline that sliding training is measured against.
+    #: The training part is walked forward either way, since that is how the threshold is chosen.
+    sliding: bool = True
     min_train_s: float = 14 * DAY
     target_precision: float = DEFAULT_TARGET_PRECISION
     persist_rows: int = DEFAULT_PERSIST_ROWS
@@ -98,7 +102,7 @@ class EvaluationReport:
                 "hindsight_precision_at_recall": {str(k): v for k, v in self.hindsight_precision_at_recall.items()},
                 "split_at": self.split_at,
                 "persist_rows": self.config.persist_rows,
-                "retrain_every_hours": self.config.retrain_every_s / 3600,
+                "retrain_every_hours": self.config.retrain_every_s / 3600 if self.config.sliding else None,
                 "train_window_days": self.config.train_window_s / DAY,
                 "folds": self.folds,
                 "rows": self.rows,
@@ -133,8 +137,10 @@ def evaluate(
 
     timer = _Timer()
     # Validation folds score up to split - horizon, so every alarm's outcome is known at the split.
-    validation = _walk_forward(table, rl, features.values, config, start + config.min_train_s, split - horizon, timer)
-    test = _walk_forward(table, rl, features.values, config, split, end + 1, timer)
+    validation = _walk_forward(
+        table, rl, features.values, config, start + config.min_train_s, split - horizon, timer, sliding=True
+    )
+    test = _walk_forward(table, rl, features.values, config, split, end + 1, timer, sliding=config.sliding)
     choice = choose_threshold(
         validation,
         horizon_s=horizon,
@@ -181,14 +187,17 @@ def _walk_forward(
     first: float,
     last: float,
     timer: _Timer,
+    *,
+    sliding: bool,
 ) -> ScoredRows:
-    """Retrain at ``first``, ``first + retrain_every``, ... and score each following period up to ``last``."""
+    """Retrain at ``first``, ``first + retrain_every``, ... and score each following period up to ``last`` (with
+    ``sliding=False``, fit once at ``first`` and score everything up to ``last``)."""
     ts = table.timestamp
     picked: list[np.ndarray] = []
     scores: list[np.ndarray] = []
     fold_start = first
     while fold_start < last:
-        fold_end = min(fold_start + config.retrain_every_s, last)
+        fold_end = min(fold_start + config.retrain_every_s, last) if sliding else last
         train = np.flatnonzero(
             rl.usable & (ts >= fold_start - config.train_window_s) & (ts <= fold_start - config.horizon_s)
         )

@@ -21,7 +21,7 @@ from telemetry.throttle import HARDWARE_THROTTLE, THERMAL_THROTTLE, Throttle
 from telemetry.xid import APPLICATION_XIDS, FATAL_XIDS, MEMORY_XIDS
 
 HOUR = 3600.0
-WINDOWS_H: dict[str, float] = {"6h": 6, "24h": 24, "72h": 72, "7d": 168}
+WINDOWS_H: dict[str, float] = {"1h": 1, "6h": 6, "24h": 24, "72h": 72, "7d": 168}
 #: Age and "time since" features saturate here: beyond it the exact value carries no signal and would only tell
 #: the model how long ago the data set started.
 CAP_H = 168.0
@@ -49,22 +49,29 @@ def build_features(table: TelemetryTable, *, first_seen: Mapping[str, float] | N
     cols: dict[str, np.ndarray] = {}
 
     sbe = table.column("ecc_corrected_total")
-    for label in ("6h", "24h", "72h", "7d"):
+    for label in ("1h", "6h", "24h", "72h", "7d"):
         cols[f"sbe_growth_{label}"] = np.log1p(w.growth(sbe, label))
-    g6, g24, g7d = w.growth(sbe, "6h"), w.growth(sbe, "24h"), w.growth(sbe, "7d")
-    # Acceleration: is the last 6 h faster than the day, the day faster than the week? Failing memory accelerates.
+    g6, g24, g72, g7d = (w.growth(sbe, label) for label in ("6h", "24h", "72h", "7d"))
+    # Acceleration: is the last 6 h faster than the day, the day faster than the previous days? Failing memory
+    # accelerates; a weak cell bursts once and goes quiet, so its recent rate falls below its older one.
     cols["sbe_accel_6h_vs_24h"] = np.log1p(4 * g6) - np.log1p(g24)
+    cols["sbe_accel_24h_vs_72h"] = np.log1p(g24) - np.log1p(np.maximum(g72 - g24, 0.0) / 2)
     cols["sbe_accel_24h_vs_7d"] = np.log1p(g24) - np.log1p(g7d / 7)
     cols["sbe_total"] = np.log1p(sbe)
     dbe = table.column("ecc_uncorrected_total")
     cols["dbe_growth_7d"] = np.log1p(w.growth(dbe, "7d"))
     cols["dbe_total"] = np.log1p(dbe)
 
-    # Pre-Ampere GPUs retire pages, later ones remap rows: one "memory repairs" counter covers both.
+    # Pre-Ampere GPUs retire pages, later ones remap rows: one "memory repairs" counter (distinct bad rows or
+    # pages fenced off) covers both. Spreading damage keeps adding rows; a weak cell adds one and stops.
     repairs = table.column("retired_pages")
     repairs = np.where(np.isnan(repairs), table.column("remapped_rows"), repairs)
-    cols["repairs_growth_24h"] = np.log1p(w.growth(repairs, "24h"))
-    cols["repairs_growth_7d"] = np.log1p(w.growth(repairs, "7d"))
+    r24, r72, r7d = (w.growth(repairs, label) for label in ("24h", "72h", "7d"))
+    cols["repairs_growth_6h"] = np.log1p(w.growth(repairs, "6h"))
+    cols["repairs_growth_24h"] = np.log1p(r24)
+    cols["repairs_growth_72h"] = np.log1p(r72)
+    cols["repairs_growth_7d"] = np.log1p(r7d)
+    cols["repairs_accel_24h_vs_72h"] = np.log1p(r24) - np.log1p(np.maximum(r72 - r24, 0.0) / 2)
     cols["repairs_total"] = np.log1p(repairs)
 
     xid = table.column("xid").astype(np.int64)
@@ -83,30 +90,48 @@ def build_features(table: TelemetryTable, *, first_seen: Mapping[str, float] | N
     # Persistence: a weak cell errs for a few hours until its row is remapped; failing memory errs for days.
     cols["sbe_active_hours_24h"] = w.count(sbe_up, "24h")
     cols["sbe_active_hours_72h"] = w.count(sbe_up, "72h")
+    cols["repairs_events_24h"] = w.count(repairs_up, "24h")
     cols["repairs_events_72h"] = w.count(repairs_up, "72h")
     cols["hours_since_sbe"] = w.hours_since(sbe_up)
     cols["hours_since_memory_event"] = w.hours_since(sbe_up | repairs_up | mem)
+    # Time since the first precursor of the week: with hours_since_sbe it gives the episode's span and whether
+    # it is still going.
+    cols["hours_since_first_sbe_7d"] = w.hours_since_first(sbe_up, "7d")
+    cols["hours_since_first_repair_7d"] = w.hours_since_first(repairs_up, "7d")
 
+    groups = _NodeGroups(table)
     temp = table.column("temperature_c")
     cols["temp_mean_6h"] = w.mean(temp, "6h")
     cols["temp_mean_24h"] = w.mean(temp, "24h")
     cols["temp_std_24h"] = w.std(temp, "24h")
     cols["temp_trend_6h_vs_72h"] = cols["temp_mean_6h"] - w.mean(temp, "72h")
-    delta = temp - _node_median(table, temp)  # a GPU hotter than its neighbours, not a hot room
-    cols["temp_vs_node_6h"] = w.mean(delta, "6h")
-    cols["temp_vs_node_24h"] = w.mean(delta, "24h")
-    cols["temp_vs_node_trend"] = cols["temp_vs_node_6h"] - w.mean(delta, "72h")
+    node_temp = groups.median(temp)
+    delta = temp - node_temp  # a GPU hotter than its neighbours, not a hot room
+    d6, d24, d72 = (w.mean(delta, label) for label in ("6h", "24h", "72h"))
+    cols["temp_vs_node_6h"] = d6
+    cols["temp_vs_node_24h"] = d24
+    cols["temp_vs_node_trend"] = d6 - d72
+    # Shape of the rise: a runaway is still climbing (6 h above the day), a blocked air path has levelled off.
+    cols["temp_vs_node_rise_6h_vs_24h"] = d6 - d24
+    cols["temp_vs_node_rise_24h_vs_72h"] = d24 - d72
+    # The room itself: a hot aisle heats the whole node, which the GPU's own features would mistake for decline.
+    cols["node_temp_trend_6h_vs_72h"] = w.mean(node_temp, "6h") - w.mean(node_temp, "72h")
 
     power = table.column("power_w")
     util = table.column("gpu_util")
     cols["power_mean_24h"] = w.mean(power, "24h")
     cols["power_std_6h"] = w.std(power, "6h")
     cols["power_std_24h"] = w.std(power, "24h")
-    power_delta = power - _node_median(table, power)  # jobs span a node's GPUs: unsteady power stands out
+    power_delta = power - groups.median(power)  # jobs span a node's GPUs: unsteady power stands out
     cols["power_vs_node_std_6h"] = w.std(power_delta, "6h")
     cols["power_vs_node_std_24h"] = w.std(power_delta, "24h")
     with np.errstate(divide="ignore", invalid="ignore"):
-        cols["power_per_util_24h"] = w.mean(power / np.maximum(util, 5.0), "24h")
+        per_util = power / np.maximum(util, 5.0)
+    cols["power_per_util_24h"] = w.mean(per_util, "24h")
+    # Leakage: a GPU drawing more power than its node-mates for the same work, and more than it used to.
+    per_util_delta = per_util - groups.median(per_util)
+    cols["power_per_util_vs_node_24h"] = w.mean(per_util_delta, "24h")
+    cols["power_per_util_vs_node_trend"] = w.mean(per_util_delta, "6h") - w.mean(per_util_delta, "72h")
     cols["util_mean_24h"] = w.mean(util, "24h")
     clock = table.column("sm_clock_mhz")
     cols["sm_clock_mean_6h"] = w.mean(clock, "6h")
@@ -128,10 +153,19 @@ def build_features(table: TelemetryTable, *, first_seen: Mapping[str, float] | N
         cols[f"throttle_{name}_24h"] = w.mean(flag, "24h")
         if name in {"thermal", "hw"}:
             cols[f"throttle_{name}_6h"] = w.mean(flag, "6h")
+        if name in {"hw", "power_brake"}:
+            # A PSU event brakes every GPU of the node; a failing power stage brakes one.
+            cols[f"throttle_{name}_vs_node_24h"] = w.mean(flag - groups.mean_of_others(flag), "24h")
 
     pcie = table.column("pcie_replay")
-    cols["pcie_growth_24h"] = np.log1p(w.growth(pcie, "24h"))
+    p24 = w.growth(pcie, "24h")
+    cols["pcie_growth_6h"] = np.log1p(w.growth(pcie, "6h"))
+    cols["pcie_growth_24h"] = np.log1p(p24)
     cols["pcie_growth_7d"] = np.log1p(w.growth(pcie, "7d"))
+    cols["pcie_accel_6h_vs_24h"] = cols["pcie_growth_6h"] + np.log(4) - cols["pcie_growth_24h"]
+    # A PCIe switch or retimer event makes every GPU behind it replay; a failing link replays alone.
+    replaying = np.where(np.isnan(p24), np.nan, p24 >= 10)
+    cols["pcie_peers_replaying_24h"] = groups.sum_of_others(replaying)
 
     cols["age_h"] = np.minimum(w.age_hours(table, first_seen), AGE_CAP_H)
     cols["samples_24h"] = w.count(np.ones(len(table), dtype=bool), "24h")
@@ -210,6 +244,16 @@ class _Windows:
         hours = (self.t - self.t[np.maximum(last, 0)]) / HOUR
         return np.where(have, np.minimum(hours, CAP_H), CAP_H)
 
+    def hours_since_first(self, event: np.ndarray, label: str) -> np.ndarray:
+        """Hours since the first row inside the window where ``event`` was true; 0 if there is none."""
+        idx = np.arange(self.n)
+        # Next event at or after each position (n if none), read at the window's start.
+        nxt = np.minimum.accumulate(np.where(event, idx, self.n)[::-1])[::-1]
+        first = nxt[self.start(label)]
+        have = first <= idx
+        hours = (self.t - self.t[np.minimum(first, self.n - 1)]) / HOUR
+        return np.where(have, hours, 0.0)
+
     def age_hours(self, table: TelemetryTable, first_seen: Mapping[str, float] | None) -> np.ndarray:
         start = self.t[self.first]
         if first_seen:
@@ -220,38 +264,64 @@ class _Windows:
         return age
 
 
-def _node_median(table: TelemetryTable, x: np.ndarray) -> np.ndarray:
-    """Median of ``x`` over the GPUs of the same node at the same timestamp.
+class _NodeGroups:
+    """The GPUs of one node at one timestamp: their median, and sums or means over a GPU's node-mates."""
 
-    The median, not the mean: with a mean, one GPU heating up before it fails pulls its neighbours' baseline up,
-    and when it dies and leaves the node every neighbour suddenly looks hotter than its peers."""
-    key = table.node.astype(np.int64) * _KEY_SPAN + np.floor(table.timestamp - table.start).astype(np.int64)
-    _, group = np.unique(key, return_inverse=True)
-    order = np.lexsort((x, group))  # NaN sorts last within each group
-    counts = np.bincount(group)
-    valid = np.bincount(group, weights=(~np.isnan(x)).astype(np.float64)).astype(np.int64)
-    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
-    lo = order[starts + np.maximum(valid - 1, 0) // 2]
-    hi = order[starts + np.maximum(valid, 1) // 2 - (valid == 0)]
-    median = np.where(valid > 0, (x[lo] + x[hi]) / 2, np.nan)
-    return median[group]
+    def __init__(self, table: TelemetryTable) -> None:
+        key = table.node.astype(np.int64) * _KEY_SPAN + np.floor(table.timestamp - table.start).astype(np.int64)
+        _, self.group = np.unique(key, return_inverse=True)
+        self.counts = np.bincount(self.group)
+
+    def median(self, x: np.ndarray) -> np.ndarray:
+        """Median of ``x`` over the node's GPUs at the same timestamp.
+
+        The median, not the mean: with a mean, one GPU heating up before it fails pulls its neighbours' baseline
+        up, and when it dies and leaves the node every neighbour suddenly looks hotter than its peers."""
+        group = self.group
+        order = np.lexsort((x, group))  # NaN sorts last within each group
+        valid = np.bincount(group, weights=(~np.isnan(x)).astype(np.float64)).astype(np.int64)
+        starts = np.concatenate(([0], np.cumsum(self.counts)[:-1]))
+        lo = order[starts + np.maximum(valid - 1, 0) // 2]
+        hi = order[starts + np.maximum(valid, 1) // 2 - (valid == 0)]
+        median = np.where(valid > 0, (x[lo] + x[hi]) / 2, np.nan)
+        return median[group]
+
+    def sum_of_others(self, x: np.ndarray) -> np.ndarray:
+        """Sum of ``x`` over the GPU's node-mates (NaN counts as 0)."""
+        clean = np.where(np.isnan(x), 0.0, x)
+        total = np.bincount(self.group, weights=clean)
+        others: np.ndarray = total[self.group] - clean
+        return others
+
+    def mean_of_others(self, x: np.ndarray) -> np.ndarray:
+        """Mean of ``x`` over the GPU's node-mates that report it; NaN for a GPU alone on its node."""
+        known = ~np.isnan(x)
+        n = np.bincount(self.group, weights=known.astype(np.float64))[self.group] - known
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(n > 0, self.sum_of_others(x) / np.maximum(n, 1), np.nan)
 
 
 _NAMES: tuple[str, ...] = (
+    "sbe_growth_1h",
     "sbe_growth_6h",
     "sbe_growth_24h",
     "sbe_growth_72h",
     "sbe_growth_7d",
     "sbe_accel_6h_vs_24h",
+    "sbe_accel_24h_vs_72h",
     "sbe_accel_24h_vs_7d",
     "sbe_total",
     "dbe_growth_7d",
     "dbe_total",
+    "repairs_growth_6h",
     "repairs_growth_24h",
+    "repairs_growth_72h",
     "repairs_growth_7d",
+    "repairs_accel_24h_vs_72h",
     "repairs_total",
     "sbe_active_hours_24h",
     "sbe_active_hours_72h",
+    "repairs_events_24h",
     "repairs_events_72h",
     "xid_app_24h",
     "xid_mem_24h",
@@ -262,6 +332,8 @@ _NAMES: tuple[str, ...] = (
     "xid_fatal_7d",
     "hours_since_sbe",
     "hours_since_memory_event",
+    "hours_since_first_sbe_7d",
+    "hours_since_first_repair_7d",
     "temp_mean_6h",
     "temp_mean_24h",
     "temp_std_24h",
@@ -269,12 +341,17 @@ _NAMES: tuple[str, ...] = (
     "temp_vs_node_6h",
     "temp_vs_node_24h",
     "temp_vs_node_trend",
+    "temp_vs_node_rise_6h_vs_24h",
+    "temp_vs_node_rise_24h_vs_72h",
+    "node_temp_trend_6h_vs_72h",
     "power_mean_24h",
     "power_std_6h",
     "power_std_24h",
     "power_vs_node_std_6h",
     "power_vs_node_std_24h",
     "power_per_util_24h",
+    "power_per_util_vs_node_24h",
+    "power_per_util_vs_node_trend",
     "util_mean_24h",
     "sm_clock_mean_6h",
     "sm_clock_trend_6h_vs_72h",
@@ -283,10 +360,15 @@ _NAMES: tuple[str, ...] = (
     "throttle_thermal_6h",
     "throttle_hw_24h",
     "throttle_hw_6h",
+    "throttle_hw_vs_node_24h",
     "throttle_power_brake_24h",
+    "throttle_power_brake_vs_node_24h",
     "throttle_power_cap_24h",
+    "pcie_growth_6h",
     "pcie_growth_24h",
     "pcie_growth_7d",
+    "pcie_accel_6h_vs_24h",
+    "pcie_peers_replaying_24h",
     "age_h",
     "samples_24h",
 )

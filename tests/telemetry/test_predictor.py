@@ -99,3 +99,24 @@ def test_evaluation_needs_enough_history(fleet) -> None:  # noqa: ANN001
     short = fleet.table.take(fleet.table.timestamp < fleet.table.start + 10 * DAY)
     with pytest.raises(ValueError, match="shorter than the minimum"):
         evaluate(short, fleet.labels)
+
+
+def test_the_threshold_is_chosen_on_the_training_part_only(fleet) -> None:  # noqa: ANN001
+    # Ref: #4. Dropping every failure of the test part changes what the test part reports, never the threshold.
+    config = EvalConfig(retrain_every_s=5 * DAY, min_train_s=7 * DAY, max_negatives=10_000)
+    full = evaluate(fleet.table, fleet.labels, config)
+    early = [lb for lb in fleet.labels if lb.failed_at < full.split_at]
+    assert len(early) < len(fleet.labels)
+    blind = evaluate(fleet.table, early, config)
+    assert blind.as_dict()["threshold"] == full.as_dict()["threshold"]
+    assert blind.validation == full.validation
+    assert blind.test.failures == 0 and full.test.failures > 0
+
+
+def test_static_baseline_fits_once_for_the_test_part(fleet) -> None:  # noqa: ANN001
+    kw = dict(retrain_every_s=5 * DAY, min_train_s=7 * DAY, max_negatives=10_000)
+    sliding = evaluate(fleet.table, fleet.labels, EvalConfig(**kw))
+    static = evaluate(fleet.table, fleet.labels, EvalConfig(sliding=False, **kw))
+    # Same training-part walk (so the same threshold), one fit instead of several for the test part.
+    assert static.as_dict()["threshold"] == sliding.as_dict()["threshold"]
+    assert static.folds < sliding.folds and static.as_dict()["retrain_every_hours"] is None
