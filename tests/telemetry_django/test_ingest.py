@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 
 import pytest
@@ -10,6 +9,7 @@ from django.db import connection
 
 from portal.nodes.models import Gpu
 from telemetry.models import LatestSample, NodeTelemetry, Sample, XidRecord
+from tests.concurrency import run_together
 from tests.fixtures import World
 from tests.telemetry_django.helpers import post_batch, sample, xid
 
@@ -97,18 +97,7 @@ def test_a_user_token_cannot_post_samples(world: World, api) -> None:  # noqa: A
 @pytest.mark.django_db(transaction=True)
 def test_a_retry_racing_its_original_stores_each_sample_once(world: World) -> None:
     batch = [sample(f"GPU-n1-{i}", time.time() - 30 + k) for k in range(20) for i in range(4)]
-    go = threading.Barrier(2)
-    answers: list[dict] = []
-
-    def send() -> None:
-        go.wait()
-        answers.append(post_batch(world, "n1", batch).json())
-        connection.close()
-
-    threads = [threading.Thread(target=send) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    answers = run_together(lambda: post_batch(world, "n1", batch).json(), threads=2)
+    assert all(isinstance(a, dict) for a in answers), answers
     assert sorted((a["accepted"], a["duplicates"]) for a in answers) == [(0, 80), (80, 0)]
     assert Sample.objects.count() == 80

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 from django.db import connection
 
@@ -13,6 +11,7 @@ from portal.jobs.services import job_cancel, job_submit, job_transition
 from portal.tenants.models import Quota
 from scheduling.core.states import InvalidTransition, JobState
 from scheduling.live.round import scheduling_round
+from tests.concurrency import run_together
 from tests.fixtures import World
 
 
@@ -61,25 +60,9 @@ def test_concurrent_submits_cannot_exceed_the_active_job_limit(world: World) -> 
     """Eight threads race to submit into a tenant allowed three active jobs; the quota row lock lets exactly three
     through. (On SQLite the write lock serialises them too, but this is the PostgreSQL row-lock case.)"""
     Quota.objects.filter(tenant=world.tenant).update(max_active_jobs=3)
-    barrier = threading.Barrier(8)
-    outcomes: list[str] = []
-
-    def submit() -> None:
-        try:
-            barrier.wait()
-            job_submit(user=world.alice, command="x", gpus=1)
-            outcomes.append("ok")
-        except QuotaExceeded:
-            outcomes.append("refused")
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=submit) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert sorted(outcomes) == ["ok"] * 3 + ["refused"] * 5
+    outcomes = run_together(lambda: job_submit(user=world.alice, command="x", gpus=1), threads=8)
+    assert sorted("refused" if isinstance(o, QuotaExceeded) else "ok" for o in outcomes) == ["ok"] * 3 + ["refused"] * 5
+    assert not [o for o in outcomes if isinstance(o, BaseException) and not isinstance(o, QuotaExceeded)], outcomes
     assert Job.objects.filter(tenant=world.tenant).count() == 3
 
 

@@ -3,7 +3,6 @@ Ref: #4"""
 
 from __future__ import annotations
 
-import threading
 from datetime import timedelta
 
 import pytest
@@ -15,6 +14,7 @@ from portal.jobs.models import MAX_TIME_LIMIT, Allocation, Job, JobTask
 from portal.jobs.services import job_cancel, job_requeue, job_submit, jobs_enforce_time_limits
 from portal.nodes.services import TaskReport, node_heartbeat
 from scheduling.live.round import scheduling_round
+from tests.concurrency import run_together
 from tests.fixtures import World
 
 pg_only = pytest.mark.skipif(connection.vendor != "postgresql", reason="row locks need PostgreSQL (make test runs it)")
@@ -147,21 +147,8 @@ def test_the_scheduling_round_enforces_limits_before_it_places(world: World) -> 
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_enforcement_fails_each_job_once(world: World) -> None:
     jobs = [backdate(job, 61) for job in [running_job(world, time_limit=60, ran=0) for _ in range(4)]]
-    barrier = threading.Barrier(4)
-    outcomes: list[list[int]] = []
-
-    def enforce() -> None:
-        try:
-            barrier.wait()
-            outcomes.append(jobs_enforce_time_limits(now=timezone.now()))
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=enforce) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert sorted(i for ids in outcomes for i in ids) == sorted(j.pk for j in jobs)
+    outcomes = run_together(lambda: jobs_enforce_time_limits(now=timezone.now()), threads=4)
+    assert all(isinstance(ids, list) for ids in outcomes), outcomes
+    assert sorted(i for ids in outcomes if isinstance(ids, list) for i in ids) == sorted(j.pk for j in jobs)
     for job in jobs:
         assert Job.objects.get(pk=job.pk).events.filter(kind="failed").count() == 1

@@ -16,6 +16,7 @@ from portal.nodes.services import TaskReport, node_heartbeat
 from scheduling.live.lease import try_acquire_round_lease
 from scheduling.live.models import SchedulerRound
 from scheduling.live.round import scheduling_round
+from tests.concurrency import run_together
 from tests.fixtures import World
 
 pg_only = pytest.mark.skipif(connection.vendor != "postgresql", reason="advisory locks need PostgreSQL")
@@ -85,18 +86,8 @@ def test_only_one_round_holds_the_lease(world: World) -> None:
 def test_concurrent_rounds_never_double_place(world: World) -> None:
     for i in range(12):
         job_submit(user=world.eve, command=f"j{i}", gpus=1)
-    barrier = threading.Barrier(4)
-
-    def run() -> None:
-        barrier.wait()
-        scheduling_round()
-        connection.close()
-
-    threads = [threading.Thread(target=run) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    outcomes = run_together(scheduling_round, threads=4)
+    assert not [o for o in outcomes if isinstance(o, BaseException)], outcomes
     active = list(Allocation.objects.filter(released_at__isnull=True).values_list("gpu_id", flat=True))
     assert len(active) == len(set(active)) == 8
     assert Job.objects.filter(state="running").count() == 8
