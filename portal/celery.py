@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
-from celery import Celery
+from celery import Celery, Signature
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 
@@ -39,5 +40,5 @@ def _periodic_tasks(sender: Celery, **_: object) -> None:
     )
 
 
-def _task(name: str):  # noqa: ANN202 - a Celery signature
+def _task(name: str) -> Signature[Any]:  # a task by name: its result type is unknown here
     return app.signature(name)

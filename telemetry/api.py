@@ -12,7 +12,7 @@ The list views' query parameters are declared once, in ``telemetry.filters`` (a 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema
@@ -22,9 +22,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from portal.api.agent_views import AgentView
-from portal.nodes.models import Gpu
+from portal.nodes.models import Gpu, Node
 from telemetry.filters import AlertFilter, GpuTelemetryFilter
-from telemetry.models import METRIC_FIELDS, Alert, Sample
+from telemetry.models import METRIC_FIELDS, Alert, LatestSample, Sample
 from telemetry.sample import GpuSample, XidEvent
 from telemetry.selectors import alert_list, gpus_with_telemetry
 from telemetry.services import telemetry_ingest
@@ -50,8 +50,15 @@ def _check_time(value: float) -> None:
         raise ValueError("'timestamp' is out of range (seconds since 1970)")
 
 
+def _check_uuid(value: str) -> None:
+    # PostgreSQL text cannot hold NUL: looking such a uuid up fails in the database (a 500), so it is a 400 here.
+    if "\x00" in value:
+        raise ValueError("'gpu_uuid' must not contain NUL characters")
+
+
 def _sample(item: Any) -> GpuSample:
     sample = GpuSample.from_dict(item)
+    _check_uuid(sample.gpu_uuid)
     _check_time(sample.timestamp)
     for name, limit in _INT_LIMITS.items():
         value = getattr(sample, name)
@@ -64,6 +71,7 @@ def _sample(item: Any) -> GpuSample:
 
 def _event(item: Any) -> XidEvent:
     event = XidEvent.from_dict(item)
+    _check_uuid(event.gpu_uuid)
     _check_time(event.timestamp)
     if not 0 <= event.xid <= _INT_RANGE["IntegerField"]:
         raise ValueError("'xid' is out of range")
@@ -96,13 +104,17 @@ class SamplesView(AgentView):
         samples = _parse_list(data, "samples", _sample)
         events = _parse_list(data, "xid_events", _event)
         dropped = data.get("dropped", 0)
-        if isinstance(dropped, bool) or not isinstance(dropped, int) or dropped < 0:
-            raise ValidationError({"dropped": ["must be a non-negative integer"]})
-        result = telemetry_ingest(node=request.auth, samples=samples, xid_events=events, dropped=dropped)
+        if (
+            isinstance(dropped, bool)
+            or not isinstance(dropped, int)
+            or not 0 <= dropped <= _INT_RANGE["BigIntegerField"]
+        ):
+            raise ValidationError({"dropped": [f"must be an integer from 0 to {_INT_RANGE['BigIntegerField']}"]})
+        result = telemetry_ingest(node=cast(Node, request.auth), samples=samples, xid_events=events, dropped=dropped)
         return Response(result.as_dict())
 
 
-class LatestSampleSerializer(serializers.Serializer):
+class LatestSampleSerializer(serializers.Serializer[LatestSample]):
     def to_representation(self, instance: Any) -> dict[str, Any]:
         out: dict[str, Any] = {"ts": instance.ts.isoformat()}
         out.update({name: getattr(instance, name) for name in METRIC_FIELDS})
@@ -110,7 +122,7 @@ class LatestSampleSerializer(serializers.Serializer):
         return out
 
 
-class GpuTelemetrySerializer(serializers.ModelSerializer):
+class GpuTelemetrySerializer(serializers.ModelSerializer[Gpu]):
     node = serializers.CharField(source="node.name")
     job = serializers.IntegerField(source="job_id", allow_null=True)
     risk = serializers.SerializerMethodField()
@@ -147,7 +159,7 @@ class GpuTelemetrySerializer(serializers.ModelSerializer):
 
 
 @extend_schema(tags=["telemetry"])
-class GpuTelemetryView(generics.ListAPIView):
+class GpuTelemetryView(generics.ListAPIView[Gpu]):
     """Every present GPU with its latest sample, health and predicted failure risk. Any signed-in user."""
 
     serializer_class = GpuTelemetrySerializer
@@ -157,7 +169,7 @@ class GpuTelemetryView(generics.ListAPIView):
         return gpus_with_telemetry()
 
 
-class AlertSerializer(serializers.ModelSerializer):
+class AlertSerializer(serializers.ModelSerializer[Alert]):
     node = serializers.CharField(source="node.name")
     gpu = serializers.CharField(source="gpu.uuid", allow_null=True, default=None)
     active = serializers.BooleanField(read_only=True)
@@ -168,7 +180,7 @@ class AlertSerializer(serializers.ModelSerializer):
 
 
 @extend_schema(tags=["telemetry"])
-class AlertListView(generics.ListAPIView):
+class AlertListView(generics.ListAPIView[Alert]):
     """Alerts raised for drained (critical) and predicted-to-fail (warning) GPUs, newest first."""
 
     serializer_class = AlertSerializer

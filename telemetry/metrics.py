@@ -111,6 +111,7 @@ class CorralCollector(Collector):
             sample = self._fresh(gpu)
             if sample is None:
                 continue
+            # job_id, tenant and last_xid are annotated by the selector; MetricsData.gpus is typed as plain Gpu rows.
             labels = [*_gpu_labels(gpu), str(gpu.job_id or ""), gpu.tenant or ""]  # type: ignore[attr-defined]
             for family, (_, _, read) in zip(families, DCGM_FIELDS, strict=True):
                 value = read(sample)

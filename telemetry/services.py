@@ -263,7 +263,7 @@ def _insert_samples(rows: Sequence[tuple[int, datetime, GpuSample]]) -> None:
         columns = ", ".join(("gpu_id", "ts", *METRIC_FIELDS))
         with (
             connection.cursor() as cursor,
-            cursor.copy(  # type: ignore[attr-defined] - psycopg 3 cursor
+            cursor.copy(  # psycopg 3's COPY, through Django's cursor wrapper
                 f"COPY {Sample._meta.db_table} ({columns}) FROM STDIN (FORMAT BINARY)"  # noqa: S608 - fixed names
             ) as copy,
         ):
@@ -705,6 +705,7 @@ def telemetry_rollup(*, now: datetime | None = None, lookback: timedelta = timed
     start = now - lookback
     backfills = list(NodeTelemetry.objects.filter(backfill_from__isnull=False).values_list("pk", "backfill_from"))
     for _, since in backfills:
+        assert since is not None  # read with backfill_from__isnull=False
         start = min(start, since)
     start = max(start, now - timedelta(days=_retention_days()))
     written = {"minute": rollup_minutes(start=start, end=now), "hour": rollup_hours(start=start, end=now)}
@@ -882,7 +883,7 @@ def failure_model_train(
             except NotEnoughData as exc:
                 metadata["stored_data_refused"] = str(exc)
         if artifact is None:
-            shape = {"gpus": 128, "days": 30.0, "failure_rate": 2.0}
+            shape: dict[str, Any] = {"gpus": 128, "days": 30.0, "failure_rate": 2.0}  # FleetConfig's keywords
             shape.update(_setting("CORRAL_FAILURE_SYNTHETIC_FLEET", {}) or {})
             shape.update(synthetic or {})
             config = FleetConfig(seed=version, **shape)

@@ -4,6 +4,8 @@ twice, and retries only on transient database errors. Their cadence and expiry a
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 from celery import shared_task
 from django.core.mail import mail_admins
 from django.db import OperationalError
@@ -11,7 +13,22 @@ from django.db import OperationalError
 from telemetry import services
 from telemetry.models import Alert, FailureModel
 
-_RETRY = {"autoretry_for": (OperationalError,), "retry_backoff": True, "max_retries": 3, "ignore_result": True}
+
+class _RetryOptions(TypedDict):
+    """The options every task here shares; typed, so that ``shared_task``'s overloads can check them."""
+
+    autoretry_for: tuple[type[Exception], ...]
+    retry_backoff: bool
+    max_retries: int
+    ignore_result: bool
+
+
+_RETRY: _RetryOptions = {
+    "autoretry_for": (OperationalError,),
+    "retry_backoff": True,
+    "max_retries": 3,
+    "ignore_result": True,
+}
 
 
 @shared_task(**_RETRY)

@@ -2,20 +2,28 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 from django.conf import settings
 from drf_spectacular.utils import extend_schema
+from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from portal.api.auth import IsNodeAgent, NodeTokenAuthentication
 from portal.api.serializers import HeartbeatSerializer, RegisterSerializer
+from portal.nodes.models import Node
 from portal.nodes.services import GpuReport, TaskReport, node_heartbeat, node_register
 
 
 class AgentView(APIView):
+    # request.auth is the calling Node (NodeTokenAuthentication); DRF's stubs know only Token, hence the casts.
     authentication_classes = [NodeTokenAuthentication]
     permission_classes = [IsNodeAgent]
+    # Agents speak JSON. A form-encoded body cannot carry the nested task list: DRF would read it as "no tasks" and
+    # the heartbeat would requeue every job the node runs. Anything but JSON is a 415.
+    parser_classes = [JSONParser]
 
 
 @extend_schema(tags=["agent"])
@@ -26,7 +34,7 @@ class RegisterView(AgentView):
         body.is_valid(raise_exception=True)
         data = body.validated_data
         node = node_register(
-            node=request.auth,
+            node=cast(Node, request.auth),
             hostname=data["hostname"],
             address=data["address"] or request.META.get("REMOTE_ADDR", ""),
             agent_version=data["agent_version"],
@@ -47,9 +55,10 @@ class HeartbeatView(AgentView):
     def post(self, request: Request) -> Response:
         body = HeartbeatSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        if request.auth.registered_at is None:
+        node = cast(Node, request.auth)
+        if node.registered_at is None:
             return Response({"detail": "register again"}, status=409)
-        reply = node_heartbeat(node=request.auth, reports=[TaskReport(**t) for t in body.validated_data["tasks"]])
+        reply = node_heartbeat(node=node, reports=[TaskReport(**t) for t in body.validated_data["tasks"]])
         return Response(
             {
                 "start": reply.start,

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rest_framework import authentication, exceptions, permissions
+from rest_framework.request import Request
+from rest_framework.views import APIView
 
 from portal.nodes.models import Node
 from portal.nodes.services import node_for_token
@@ -28,7 +30,7 @@ class NodePrincipal:
 class NodeTokenAuthentication(authentication.BaseAuthentication):
     keyword = "Node"
 
-    def authenticate(self, request):  # noqa: ANN001, ANN201 - DRF's signature
+    def authenticate(self, request: Request) -> tuple[NodePrincipal, Node] | None:
         header = authentication.get_authorization_header(request).split()
         if not header or header[0].decode(errors="replace") != self.keyword:
             return None
@@ -39,10 +41,10 @@ class NodeTokenAuthentication(authentication.BaseAuthentication):
             raise exceptions.AuthenticationFailed("Unknown node token.")
         return (NodePrincipal(node), node)
 
-    def authenticate_header(self, request) -> str:  # noqa: ANN001
+    def authenticate_header(self, request: Request) -> str:
         return self.keyword
 
 
 class IsNodeAgent(permissions.BasePermission):
-    def has_permission(self, request, view) -> bool:  # noqa: ANN001
+    def has_permission(self, request: Request, view: APIView) -> bool:
         return isinstance(request.user, NodePrincipal)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import django_filters
+from django.db.models import QuerySet
 
 from portal.jobs.models import JOB_STATE_CHOICES, Job
+from telemetry.filters import StrictBooleanFilter
 
 
 class JobFilter(django_filters.FilterSet):
@@ -12,11 +14,12 @@ class JobFilter(django_filters.FilterSet):
     tenant = django_filters.CharFilter(field_name="tenant__slug")
     user = django_filters.CharFilter(field_name="user__username")
     name = django_filters.CharFilter(field_name="name", lookup_expr="icontains")
-    mine = django_filters.BooleanFilter(method="filter_mine", label="Only my jobs")
+    # Strict: django-filter's own boolean reads ``?mine=yes`` as "not given" and lists everyone's jobs; this is a 400.
+    mine = StrictBooleanFilter(method="filter_mine", label="Only my jobs")
 
     class Meta:
         model = Job
         fields = ["state", "tenant", "user", "name"]
 
-    def filter_mine(self, queryset, name, value):  # noqa: ANN001, ANN201 - django-filter's signature
+    def filter_mine(self, queryset: QuerySet[Job], name: str, value: bool) -> QuerySet[Job]:
         return queryset.filter(user=self.request.user) if value and self.request else queryset

@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rest_framework import serializers
 
-from portal.jobs.models import MAX_TIME_LIMIT, Job, JobEvent
+from portal.jobs.models import MAX_TIME_LIMIT, Job, JobEvent, JobTask
 from portal.nodes.models import Gpu, Node
+from portal.tenants.models import Tenant
 
 MAX_GPUS_PER_JOB = 4096
+#: Column bounds (integer, bigint). A number its column cannot hold must be a 400 on its field here, not a database
+#: error (a 500) when it is stored or compared. Ref: schema fuzzing, tests/portal/api/test_schema_fuzz.py
+INT_MAX = 2**31 - 1
+BIGINT_MAX = 2**63 - 1
 
 
-class JobSubmitSerializer(serializers.Serializer):
+class JobSubmitSerializer(serializers.Serializer[dict[str, Any]]):
     name = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
     command = serializers.CharField(max_length=16_000, trim_whitespace=False)
     gpus = serializers.IntegerField(min_value=1, max_value=MAX_GPUS_PER_JOB)
@@ -45,8 +52,8 @@ class JobSubmitSerializer(serializers.Serializer):
         return value
 
 
-class JobSerializer(serializers.ModelSerializer):
-    tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+class JobSerializer(serializers.ModelSerializer[Job]):
+    tenant: serializers.SlugRelatedField[Tenant] = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     user = serializers.CharField(source="user.username", read_only=True)
     cancel_requested = serializers.SerializerMethodField()
     node = serializers.SerializerMethodField()
@@ -80,7 +87,7 @@ class JobSerializer(serializers.ModelSerializer):
         ]
         read_only_fields = fields
 
-    def _tasks(self, job: Job) -> list:
+    def _tasks(self, job: Job) -> list[JobTask]:
         # The views prefetch ``tasks__node``. The latest attempt says where the job runs or ran; a pending job
         # (never started, or requeued) runs nowhere.
         if job.state == "pending":
@@ -102,13 +109,13 @@ class JobSerializer(serializers.ModelSerializer):
         return list(tasks[0].gpu_indices) if len(tasks) == 1 else [i for t in tasks for i in t.gpu_indices]
 
 
-class JobEventSerializer(serializers.ModelSerializer):
+class JobEventSerializer(serializers.ModelSerializer[JobEvent]):
     class Meta:
         model = JobEvent
         fields = ["at", "kind", "from_state", "to_state", "actor", "reason"]
 
 
-class GpuSerializer(serializers.ModelSerializer):
+class GpuSerializer(serializers.ModelSerializer[Gpu]):
     job = serializers.SerializerMethodField()
     state = serializers.SerializerMethodField()
 
@@ -117,7 +124,8 @@ class GpuSerializer(serializers.ModelSerializer):
         fields = ["index", "uuid", "model", "memory_mb", "health", "health_detail", "state", "job"]
 
     def get_job(self, gpu: Gpu) -> int | None:
-        return self.context.get("busy", {}).get(gpu.pk)
+        busy: dict[int, int] = self.context.get("busy", {})  # GPU id -> job id, from NodeViewSet
+        return busy.get(gpu.pk)
 
     def get_state(self, gpu: Gpu) -> str:
         if gpu.health != "healthy":
@@ -125,7 +133,7 @@ class GpuSerializer(serializers.ModelSerializer):
         return "allocated" if gpu.pk in self.context.get("busy", {}) else "free"
 
 
-class NodeSerializer(serializers.ModelSerializer):
+class NodeSerializer(serializers.ModelSerializer[Node]):
     gpus = serializers.SerializerMethodField()
 
     class Meta:
@@ -142,40 +150,45 @@ class NodeSerializer(serializers.ModelSerializer):
             "gpus",
         ]
 
-    def get_gpus(self, node: Node) -> list[dict]:
+    def get_gpus(self, node: Node) -> list[dict[str, Any]]:
         gpus = [g for g in node.gpus.all() if g.present]
-        return GpuSerializer(gpus, many=True, context=self.context).data
+        # many=True makes a ListSerializer, whose .data is a list; the stubs type every .data as ReturnDict.
+        return GpuSerializer(gpus, many=True, context=self.context).data  # type: ignore[return-value]
 
 
 # --- agent protocol (docs/agent-protocol.md) ---------------------------------------------------------------------
-class GpuReportSerializer(serializers.Serializer):
+class GpuReportSerializer(serializers.Serializer[dict[str, Any]]):
     index = serializers.IntegerField(min_value=0, max_value=1023)
     uuid = serializers.CharField(max_length=100)
     model = serializers.CharField(max_length=100, allow_blank=True, required=False, default="")
-    memory_mb = serializers.IntegerField(min_value=0, required=False, default=0)
+    memory_mb = serializers.IntegerField(min_value=0, max_value=INT_MAX, required=False, default=0)
 
 
-class RegisterSerializer(serializers.Serializer):
+class RegisterSerializer(serializers.Serializer[dict[str, Any]]):
     hostname = serializers.CharField(max_length=255, allow_blank=True, required=False, default="")
     address = serializers.CharField(max_length=255, allow_blank=True, required=False, default="")
     agent_version = serializers.CharField(max_length=50, allow_blank=True, required=False, default="")
     gpus = GpuReportSerializer(many=True)
 
 
-class TaskReportSerializer(serializers.Serializer):
-    job = serializers.IntegerField(min_value=1)
-    attempt = serializers.IntegerField(min_value=0)
-    rank = serializers.IntegerField(min_value=0, required=False, default=0)
+class TaskReportSerializer(serializers.Serializer[dict[str, Any]]):
+    job = serializers.IntegerField(min_value=1, max_value=BIGINT_MAX)
+    attempt = serializers.IntegerField(min_value=0, max_value=INT_MAX)
+    rank = serializers.IntegerField(min_value=0, max_value=INT_MAX, required=False, default=0)
     state = serializers.ChoiceField(choices=["running", "exited", "failed_to_start"])
-    pid = serializers.IntegerField(allow_null=True, required=False, default=None)
-    exit_code = serializers.IntegerField(allow_null=True, required=False, default=None)
-    log_offset = serializers.IntegerField(min_value=0, required=False, default=0)
+    pid = serializers.IntegerField(
+        min_value=-INT_MAX - 1, max_value=INT_MAX, allow_null=True, required=False, default=None
+    )
+    exit_code = serializers.IntegerField(
+        min_value=-INT_MAX - 1, max_value=INT_MAX, allow_null=True, required=False, default=None
+    )
+    log_offset = serializers.IntegerField(min_value=0, max_value=BIGINT_MAX, required=False, default=0)
     log = serializers.CharField(
         allow_blank=True, required=False, default="", trim_whitespace=False, max_length=1_000_000
     )
-    log_end = serializers.IntegerField(min_value=0, allow_null=True, required=False, default=None)
-    log_size = serializers.IntegerField(min_value=0, required=False, default=0)
+    log_end = serializers.IntegerField(min_value=0, max_value=BIGINT_MAX, allow_null=True, required=False, default=None)
+    log_size = serializers.IntegerField(min_value=0, max_value=BIGINT_MAX, required=False, default=0)
 
 
-class HeartbeatSerializer(serializers.Serializer):
+class HeartbeatSerializer(serializers.Serializer[dict[str, Any]]):
     tasks = TaskReportSerializer(many=True, required=False, default=list)

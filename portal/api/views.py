@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any, cast
+
+from django.contrib.auth.models import User
 from django.db.models import Prefetch, QuerySet
 from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
@@ -34,7 +38,7 @@ class PlainTextRenderer(BaseRenderer):
     charset = "utf-8"
 
     def render(
-        self, data: object, accepted_media_type: str | None = None, renderer_context: dict | None = None
+        self, data: object, accepted_media_type: str | None = None, renderer_context: Mapping[str, Any] | None = None
     ) -> bytes:
         return data.encode() if isinstance(data, str) else JSONRenderer().render(data)
 
@@ -52,8 +56,13 @@ class TokenView(ObtainAuthToken):
         return super().post(request, *args, **kwargs)
 
 
-class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, viewsets.GenericViewSet):
+class JobViewSet(
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, viewsets.GenericViewSet[Job]
+):
     """Jobs visible to the caller: their tenants' jobs (all jobs for staff)."""
+
+    # request.user is a User: IsAuthenticated (the default permission) lets no anonymous caller in, and only user
+    # token and session authentication apply here; the casts below say so to the type checker.
 
     serializer_class = JobSerializer
     filterset_class = JobFilter
@@ -65,18 +74,19 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Create
     def create(self, request: Request, *args: object, **kwargs: object) -> Response:
         spec = JobSubmitSerializer(data=request.data)
         spec.is_valid(raise_exception=True)
-        job = job_submit(user=request.user, **spec.validated_data)
+        job = job_submit(user=cast(User, request.user), **spec.validated_data)
         job = self.get_queryset().get(pk=job.pk)
         return Response(JobSerializer(job).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=None, responses={200: JobSerializer})
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str | None = None) -> Response:
-        job = job_cancel(job=self.get_object(), by=request.user)
+        job = job_cancel(job=self.get_object(), by=cast(User, request.user))
         return Response(JobSerializer(self.get_queryset().get(pk=job.pk)).data)
 
+    # A plain list, not a page: without pagination_class=None the schema documented a paginated object.
     @extend_schema(responses={200: JobEventSerializer(many=True)})
-    @action(detail=True, methods=["get"])
+    @action(detail=True, methods=["get"], pagination_class=None)
     def events(self, request: Request, pk: str | None = None) -> Response:
         return Response(JobEventSerializer(self.get_object().events.all(), many=True).data)
 
@@ -100,14 +110,14 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Create
         return response
 
 
-class NodeViewSet(viewsets.ReadOnlyModelViewSet):
+class NodeViewSet(viewsets.ReadOnlyModelViewSet[Node]):
     """Nodes and their GPUs, with which job holds each GPU. Visible to every signed-in user."""
 
     serializer_class = NodeSerializer
     lookup_field = "name"
     queryset = Node.objects.prefetch_related(Prefetch("gpus", queryset=Gpu.objects.order_by("index")))
 
-    def get_serializer_context(self) -> dict:
-        context = super().get_serializer_context()
+    def get_serializer_context(self) -> dict[str, Any]:
+        context = dict(super().get_serializer_context())
         context["busy"] = dict(Allocation.objects.filter(released_at__isnull=True).values_list("gpu_id", "job_id"))
         return context

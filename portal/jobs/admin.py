@@ -1,4 +1,5 @@
 from django.contrib import admin
+from django.http import HttpRequest
 
 from portal.jobs.models import Allocation, Job, JobEvent, JobTask
 
@@ -20,7 +21,7 @@ class JobAdmin(admin.ModelAdmin):
     readonly_fields = [f.name for f in Job._meta.fields]
     inlines = [JobEventInline]
 
-    def has_add_permission(self, request) -> bool:  # noqa: ANN001
+    def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
 

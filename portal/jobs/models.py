@@ -11,7 +11,7 @@ from django.db.models import Q
 from scheduling.core.states import TERMINAL, JobState
 
 if TYPE_CHECKING:
-    from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+    from django.contrib.auth.models import AnonymousUser, User
 
 JOB_STATE_CHOICES = [(s.value, s.value.capitalize()) for s in JobState]
 #: The longest time limit a job may ask for: 30 days, in seconds.
@@ -21,7 +21,7 @@ TERMINAL_STATES = sorted(s.value for s in TERMINAL)  # sorted: a frozenset's ord
 
 
 class JobQuerySet(models.QuerySet["Job"]):
-    def visible_to(self, user: AbstractBaseUser | AnonymousUser) -> JobQuerySet:
+    def visible_to(self, user: User | AnonymousUser) -> JobQuerySet:
         """The one place that says who sees which job: a member sees every job of their tenants; staff see all.
 
         Used by the HTML views and the API alike, so a job of another tenant is a 404 everywhere.

@@ -36,7 +36,7 @@ from scheduling.core.states import InvalidTransition, JobState, check_reopen, ch
 from telemetry.exits import XidBlame, fatal_xid_near_exit, xid_exit_window
 
 if TYPE_CHECKING:
-    from django.contrib.auth.models import AbstractBaseUser
+    from django.contrib.auth.models import User
 
 MAX_COMMAND_CHARS = 16_000
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -93,11 +93,12 @@ def job_transition(job: Job, target: JobState, *, kind: str, actor: str, reason:
     return job
 
 
-def _membership(user: AbstractBaseUser, tenant: Tenant) -> Membership | None:
+def _membership(user: User, tenant: Tenant) -> Membership | None:
     return Membership.objects.filter(user=user, tenant=tenant).first()
 
 
-def _resolve_tenant(user: AbstractBaseUser, tenant: Tenant | str | None) -> Tenant:
+def _resolve_tenant(user: User, tenant: Tenant | str | None) -> Tenant:
+    resolved: Tenant | None
     if isinstance(tenant, Tenant):
         resolved = tenant
     elif tenant:
@@ -165,7 +166,7 @@ def _check_fits(*, tenant: Tenant, gpus: int, quota: Quota | None) -> None:
 @transaction.atomic
 def job_submit(
     *,
-    user: AbstractBaseUser,
+    user: User,
     command: str,
     gpus: int,
     name: str = "",
@@ -208,7 +209,7 @@ def job_submit(
     return job
 
 
-def _may_manage(user: AbstractBaseUser, job: Job) -> bool:
+def _may_manage(user: User, job: Job) -> bool:
     if user.is_staff or job.user_id == user.pk:
         return True
     membership = _membership(user, job.tenant)
@@ -216,7 +217,7 @@ def _may_manage(user: AbstractBaseUser, job: Job) -> bool:
 
 
 @transaction.atomic
-def job_cancel(*, job: Job, by: AbstractBaseUser) -> Job:
+def job_cancel(*, job: Job, by: User) -> Job:
     """Cancel ``job`` on behalf of ``by`` (its owner, a tenant admin or staff).
 
     A pending job is cancelled at once. A running job is marked ``cancel_requested`` and its tasks are told to

@@ -10,7 +10,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
@@ -248,7 +248,7 @@ def _start_order(task: JobTask) -> dict[str, object]:
 
 
 @transaction.atomic
-def nodes_mark_stale_down(*, now: timezone.datetime | None = None) -> list[str]:
+def nodes_mark_stale_down(*, now: datetime | None = None) -> list[str]:
     """Mark nodes silent for longer than ``CORRAL_NODE_TIMEOUT`` down and requeue their jobs. Returns names."""
     now = now or timezone.now()
     cutoff = now - timedelta(seconds=settings.CORRAL_NODE_TIMEOUT)

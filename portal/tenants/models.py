@@ -9,11 +9,11 @@ from django.db import models
 from django.db.models import Q
 
 if TYPE_CHECKING:
-    from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+    from django.contrib.auth.models import AnonymousUser, User
 
 
 class TenantQuerySet(models.QuerySet["Tenant"]):
-    def visible_to(self, user: AbstractBaseUser | AnonymousUser) -> TenantQuerySet:
+    def visible_to(self, user: User | AnonymousUser) -> TenantQuerySet:
         """Tenants ``user`` may see: the ones they belong to; every tenant for staff."""
         if not user.is_authenticated:
             return self.none()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django import forms
 
 from portal.api.serializers import MAX_GPUS_PER_JOB
@@ -27,9 +29,10 @@ class JobSubmitForm(forms.Form):
     )
     tenant = forms.ModelChoiceField(queryset=Tenant.objects.none(), to_field_name="slug", empty_label=None)
 
-    def __init__(self, *args: object, tenants: list[Tenant], **kwargs: object) -> None:
+    def __init__(self, *args: Any, tenants: list[Tenant], **kwargs: Any) -> None:  # the rest goes to Form as is
         super().__init__(*args, **kwargs)
         field = self.fields["tenant"]
+        assert isinstance(field, forms.ModelChoiceField)  # declared above; each form has its own copy
         field.queryset = Tenant.objects.filter(pk__in=[t.pk for t in tenants])
         if len(tenants) <= 1:
             field.widget = forms.HiddenInput()
@@ -41,7 +44,7 @@ class JobSubmitForm(forms.Form):
         )
 
     def clean_command(self) -> str:
-        command = self.cleaned_data["command"]
+        command: str = self.cleaned_data["command"]
         if not command.strip():
             raise forms.ValidationError("Enter the command to run.")
         return command.replace("\r\n", "\n")

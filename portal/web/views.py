@@ -3,6 +3,8 @@ the partial they poll for."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
@@ -20,6 +22,15 @@ from portal.jobs.services import job_cancel, job_submit
 from portal.nodes.models import Gpu, Node
 from portal.tenants.models import Tenant
 from portal.web.forms import JobSubmitForm
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
+    class AuthenticatedHttpRequest(HttpRequest):
+        """The request of a ``login_required`` view: its user is signed in (the pattern django-stubs documents)."""
+
+        user: User
+
 
 LOG_PAGE_CHARS = 200_000
 
@@ -39,7 +50,7 @@ def job_list_view(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
-def job_submit_view(request: HttpRequest) -> HttpResponse:
+def job_submit_view(request: AuthenticatedHttpRequest) -> HttpResponse:
     tenants = list(Tenant.objects.filter(memberships__user=request.user).distinct())
     if not tenants and request.user.is_staff:
         tenants = list(Tenant.objects.all())
@@ -110,7 +121,7 @@ def job_log_view(request: HttpRequest, job_id: int) -> HttpResponse:
 
 @login_required
 @require_POST
-def job_cancel_view(request: HttpRequest, job_id: int) -> HttpResponse:
+def job_cancel_view(request: AuthenticatedHttpRequest, job_id: int) -> HttpResponse:
     job = _visible_job(request, job_id)
     try:
         job = job_cancel(job=job, by=request.user)

@@ -53,7 +53,7 @@ def _start(placement: Placement, live: LiveSnapshot) -> bool:
                     gpu_indices=sorted(live.gpu_index[g] for g in gpu_ids),
                 )
             where = "; ".join(
-                f"{name} GPUs {','.join(str(live.gpu_index[g]) for g in sorted(ids, key=live.gpu_index.get))}"
+                f"{name} GPUs {','.join(str(live.gpu_index[g]) for g in sorted(ids, key=live.gpu_index.__getitem__))}"
                 for name, ids in ordered
             )
             job_transition(job, JobState.RUNNING, kind=EventKind.STARTED, actor=ACTOR, reason=f"on {where}")

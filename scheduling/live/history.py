@@ -36,6 +36,7 @@ _lock = threading.Lock()
 
 
 def _record(job: Job) -> FinishedJob:
+    assert job.finished_at is not None  # learned jobs are read with finished_at__isnull=False
     last_run = (job.finished_at - job.started_at).total_seconds() if job.started_at and job.finished_at else 0.0
     return FinishedJob(
         id=job.pk,
@@ -71,7 +72,9 @@ def live_policy(name: str) -> Policy:
         for job in batch:
             taught.policy.observe_finished(_record(job))
         if batch:
-            taught.watermark = (batch[-1].finished_at, batch[-1].pk)
+            last = batch[-1]
+            assert last.finished_at is not None  # as in _record
+            taught.watermark = (last.finished_at, last.pk)
         return taught.policy
 
 

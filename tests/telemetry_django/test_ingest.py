@@ -101,3 +101,21 @@ def test_a_retry_racing_its_original_stores_each_sample_once(world: World) -> No
     assert all(isinstance(a, dict) for a in answers), answers
     assert sorted((a["accepted"], a["duplicates"]) for a in answers) == [(0, 80), (80, 0)]
     assert Sample.objects.count() == 80
+
+
+@pytest.mark.parametrize(
+    ("samples", "events", "dropped", "field"),
+    [
+        ([sample("GPU-n1-0") | {"gpu_uuid": "GPU-n1-0\x00"}], [], 0, "samples"),  # PostgreSQL text cannot hold NUL
+        ([], [xid("GPU-n1-0", 79) | {"gpu_uuid": "GPU-n1-0\x00"}], 0, "xid_events"),
+        ([], [], 2**63, "dropped"),  # does not fit its column
+    ],
+)
+def test_input_the_database_cannot_take_is_a_400_naming_the_field(
+    world: World, samples: list, events: list, dropped: int, field: str
+) -> None:
+    """Each was a 500 (on PostgreSQL; the dropped count on SQLite too). Ref: found by test_schema_fuzz.py"""
+    response = post_batch(world, "n1", samples, events, dropped)
+    assert response.status_code == 400, response.content
+    assert list(response.json()) == [field]
+    assert Sample.objects.count() == 0

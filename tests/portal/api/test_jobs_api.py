@@ -152,3 +152,22 @@ def test_openapi_schema_and_docs_are_served(api: APIClient) -> None:
     schema = api.get("/api/v1/schema/")
     assert schema.status_code == 200 and b"/api/v1/jobs/" in schema.content
     assert api.get("/api/v1/docs/").status_code == 200
+
+
+@pytest.mark.parametrize("value", ["yes", "2", "null"])
+def test_a_bad_mine_flag_is_a_400_naming_it(api: APIClient, world: World, value: str) -> None:
+    """It was read as "not given" and listed the whole tenant's jobs. Ref: found by test_schema_fuzz.py"""
+    job_submit(user=world.bob, command="b", gpus=1)
+    response = api.get(f"/api/v1/jobs/?mine={value}")
+    assert response.status_code == 400 and "mine" in response.json()
+    assert api.get("/api/v1/jobs/?mine=true").json()["count"] == 0
+    assert api.get("/api/v1/jobs/?mine=false").json()["count"] == 1
+
+
+def test_the_schema_documents_events_as_the_list_they_are(api: APIClient, world: World) -> None:
+    """It documented a paginated object (count, results). Ref: found by test_schema_fuzz.py"""
+    schema = api.get("/api/v1/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json").json()
+    ok = schema["paths"]["/api/v1/jobs/{id}/events/"]["get"]["responses"]["200"]["content"]["application/json"]
+    assert ok["schema"] == {"type": "array", "items": {"$ref": "#/components/schemas/JobEvent"}}
+    job = job_submit(user=world.alice, command="a", gpus=1)
+    assert isinstance(api.get(f"/api/v1/jobs/{job.pk}/events/").json(), list)

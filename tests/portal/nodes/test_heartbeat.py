@@ -207,3 +207,32 @@ def test_a_down_node_that_heartbeats_again_is_up(world: World) -> None:
     node_heartbeat(node=Node.objects.get(pk=n1.pk), reports=[])
     n1.refresh_from_db()
     assert (n1.state, n1.state_reason) == ("up", "")
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("heartbeat", {"tasks": [{"job": 2**70, "attempt": 1, "state": "running"}]}, "job"),
+        ("heartbeat", {"tasks": [{"job": 1, "attempt": 2**31, "state": "running"}]}, "attempt"),
+        ("heartbeat", {"tasks": [{"job": 1, "attempt": 1, "state": "exited", "exit_code": 2**40}]}, "exit_code"),
+        ("heartbeat", {"tasks": [{"job": 1, "attempt": 1, "state": "running", "log_end": 2**63}]}, "log_end"),
+        ("register", {"gpus": [{"index": 0, "uuid": "GPU-n1-0", "memory_mb": 2**63}]}, "memory_mb"),
+    ],
+)
+def test_a_number_its_column_cannot_hold_is_a_400(world: World, path: str, body: dict, field: str) -> None:
+    """It was a 500 (an overflow in the database driver). Ref: schema fuzzing"""
+    response = agent_client(world.tokens["n1"]).post(f"/api/v1/agent/{path}/", body, format="json")
+    assert response.status_code == 400, response.content
+    assert field in str(response.json())
+
+
+def test_a_heartbeat_that_is_not_json_is_a_415_and_changes_nothing(world: World) -> None:
+    """A form body cannot carry the task list: it was read as "no tasks" and the node's jobs were requeued."""
+    job = _placed(world)
+    node = _node_of(job)
+    node_heartbeat(node=node, reports=[TaskReport(job.pk, 1, 0, "running", pid=42)])
+    client = agent_client(world.tokens[node.name])
+    response = client.post("/api/v1/agent/heartbeat/", {"tasks": "[]"})  # multipart, as a form would send it
+    assert response.status_code == 415
+    job.refresh_from_db()
+    assert job.state == "running" and job.attempt == 1
