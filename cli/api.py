@@ -202,6 +202,14 @@ class Client:
             raise CliError(f"the portal at {self.url} sent a bad X-Log-Offset header: {header!r}") from exc
         return LogChunk(data=response.content, next_offset=next_offset, job_state=response.headers.get("X-Job-State"))
 
+    def history_trace(self, since: str | None = None, until: str | None = None) -> bytes:
+        """The cluster's finished jobs as CSV in the simulator's trace schema (admins only)."""
+        params = {k: v for k, v in (("since", since), ("until", until)) if v}
+        response = self._request(
+            "GET", "/api/v1/history/trace/", params=params, headers={"Accept": "text/csv, application/json;q=0.9"}
+        )
+        return response.content
+
     def list_nodes(self) -> list[Node]:
         return cast(list[Node], list(self._paginate("/api/v1/nodes/", [], None)))
 

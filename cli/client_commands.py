@@ -1,4 +1,4 @@
-"""The user-facing ``corral`` commands that talk to a portal: login, submit, jobs, show, logs, cancel, nodes.
+"""The user-facing ``corral`` commands that talk to a portal: login, submit, jobs, show, logs, cancel, nodes, history.
 
 Each command parses its arguments, makes one or two calls through :class:`cli.api.Client`, and renders the answer
 with :mod:`cli.render` (a rich table for people, ``--json`` for scripts). Every failure arrives as a
@@ -8,13 +8,15 @@ exit code; no traceback reaches a user.
 
 from __future__ import annotations
 
+import csv
 import functools
+import io
 import os
 import re
 import shlex
 import time
 from collections.abc import Callable, Sequence
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Annotated, ParamSpec, TypeVar
 
 import typer
@@ -38,7 +40,7 @@ JsonFlag = Annotated[bool, typer.Option("--json", help="Print the portal's JSON 
 
 def register(app: typer.Typer) -> None:
     """Add the portal commands to the ``corral`` app (called by ``cli.main``)."""
-    for fn in (login, logout, submit, jobs, show, logs, cancel, nodes):
+    for fn in (login, logout, submit, jobs, show, logs, cancel, nodes, history):
         app.command(fn.__name__)(fn)
 
 
@@ -365,3 +367,28 @@ def nodes(as_json: JsonFlag = False) -> None:
         typer.echo("No nodes.")
         return
     render.emit(render.nodes_table(found))
+
+
+# -- history ---------------------------------------------------------------------------------------------------
+
+
+@_friendly
+def history(
+    out: Annotated[
+        Path | None, typer.Option("--out", "-o", help="Write the CSV here instead of to stdout.", dir_okay=False)
+    ] = None,
+    since: Annotated[str | None, typer.Option(help="First submission to include (date or ISO date-time).")] = None,
+    until: Annotated[str | None, typer.Option(help="Only submissions before this (date or ISO date-time).")] = None,
+) -> None:
+    """Export the cluster's finished jobs as a trace (admins), to replay with `corral simulate --trace FILE`."""
+    with _client() as client:
+        data = client.history_trace(since, until)
+    if out is None:
+        typer.echo(data, nl=False)
+        return
+    try:
+        out.write_bytes(data)
+    except OSError as exc:
+        raise CliError(f"cannot write {out}: {exc.strerror or exc}") from exc
+    jobs = max(0, sum(1 for _ in csv.reader(io.StringIO(data.decode(errors="replace")))) - 1)  # names may hold newlines
+    typer.echo(f"Wrote {jobs} finished job{'s' if jobs != 1 else ''} to {out}.", err=True)

@@ -2,7 +2,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
-from portal.api import agent_views, views
+from portal.api import agent_views, history_views, views
 from telemetry import api as telemetry_api
 
 router = DefaultRouter()
@@ -14,6 +14,7 @@ urlpatterns = [
     path("agent/register/", agent_views.RegisterView.as_view(), name="agent-register"),
     path("agent/heartbeat/", agent_views.HeartbeatView.as_view(), name="agent-heartbeat"),
     path("agent/samples/", telemetry_api.SamplesView.as_view(), name="agent-samples"),
+    path("history/trace/", history_views.HistoryTraceView.as_view(), name="history-trace"),
     path("telemetry/gpus/", telemetry_api.GpuTelemetryView.as_view(), name="telemetry-gpus"),
     path("telemetry/alerts/", telemetry_api.AlertListView.as_view(), name="telemetry-alerts"),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),

@@ -3,27 +3,29 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
 from django.conf import settings
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
 from portal.jobs.models import Job, JobLogChunk
 from scheduling.core.durations import format_duration
 from scheduling.core.states import JobState
+from scheduling.sim.trace import TraceJob
 
 if TYPE_CHECKING:
-    from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+    from django.contrib.auth.models import AnonymousUser, User
 
 
-def job_list(*, user: AbstractBaseUser | AnonymousUser) -> QuerySet[Job]:
+def job_list(*, user: User | AnonymousUser) -> QuerySet[Job]:
     """Jobs ``user`` may see, with what list pages show, in one query."""
     return Job.objects.visible_to(user).select_related("tenant", "user")
 
 
-def job_get(*, user: AbstractBaseUser | AnonymousUser, job_id: int) -> Job | None:
+def job_get(*, user: User | AnonymousUser, job_id: int) -> Job | None:
     """One job if ``user`` may see it, else None (callers answer 404: a job of another tenant does not exist)."""
     return job_list(user=user).filter(pk=job_id).first()
 
@@ -81,3 +83,50 @@ def _chunk_start(job: Job, offset: int) -> int:
         JobLogChunk.objects.filter(job=job, offset__lte=offset).order_by("-offset").values_list("offset", flat=True)
     ).first()
     return start if start is not None else 0
+
+
+#: A finished job's state in the words of the shared trace schema's ``status`` column.
+TRACE_STATUS = {
+    JobState.SUCCEEDED.value: "completed",
+    JobState.FAILED.value: "failed",
+    JobState.CANCELLED.value: "killed",
+}
+
+
+def job_history_trace(*, since: datetime | None = None, until: datetime | None = None) -> Iterator[TraceJob]:
+    """Finished jobs submitted in ``[since, until)`` as a trace in the shared schema, oldest submission first.
+
+    An admin replays this with ``corral simulate`` to compare policies on the cluster's own history. ``duration``
+    is the time the job held its GPUs over all attempts, so a preempted or retried job counts what it really ran;
+    ``queue_delay`` is the rest of its time from submission to the end. Jobs that never ran (cancelled or failed
+    while pending) are left out: a replay has nothing to schedule for them. Submit times count from the first job
+    exported. Rows are read in chunks, so an export of years of history streams in constant memory.
+    """
+    jobs = Job.objects.filter(state__in=TRACE_STATUS, finished_at__isnull=False).filter(
+        Q(started_at__isnull=False) | Q(attained_service__gt=0)
+    )
+    if since is not None:
+        jobs = jobs.filter(submitted_at__gte=since)
+    if until is not None:
+        jobs = jobs.filter(submitted_at__lt=until)
+    rows = jobs.order_by("submitted_at", "pk").values_list(
+        "pk", "user__username", "tenant__slug", "name", "gpus", "state", "submitted_at", "started_at",
+        "finished_at", "attained_service",
+    )  # fmt: skip
+    origin: datetime | None = None
+    for pk, username, tenant, name, gpus, state, submitted, started, finished, attained in rows.iterator(2000):
+        assert finished is not None  # filtered on finished_at__isnull=False
+        origin = origin or submitted
+        last_run = max(0.0, (finished - started).total_seconds()) if started is not None else 0.0
+        duration = attained / gpus + last_run
+        yield TraceJob(
+            job_id=str(pk),
+            submit_time=(submitted - origin).total_seconds(),
+            duration=duration,
+            gpus=gpus,
+            user=username,
+            tenant=tenant,
+            status=TRACE_STATUS[state],
+            name=name,
+            queue_delay=max(0.0, (finished - submitted).total_seconds() - duration),
+        )

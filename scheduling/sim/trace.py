@@ -27,6 +27,9 @@ class TraceJob:
     status: str = ""
     model: str = ""
     name: str = ""
+    #: Seconds the job spent without GPUs in the cluster it came from (None when the source does not say). The
+    #: simulator ignores it; it is carried so that a trace exported from a portal can be compared with its replay.
+    queue_delay: float | None = None
 
 
 class TraceError(ValueError):
@@ -67,9 +70,16 @@ def _rows(reader: csv.DictReader[str], source: str) -> Iterator[TraceJob]:
                 status=row.get("status") or "",
                 model=row.get("model_name") or "",
                 name=row.get("job_name") or row.get("name") or "",
+                queue_delay=float(row["queue_delay"]) if row.get("queue_delay") else None,
             )
         except (TypeError, ValueError) as exc:
             raise TraceError(f"{source}:{line}: {exc}") from None
+
+
+#: Columns :func:`trace_lines` writes: the shared schema's, then the two optional name columns.
+COLUMNS = (
+    "job_id", "user", "vc", "submit_time", "duration", "num_gpus", "status", "queue_delay", "model_name", "job_name",
+)  # fmt: skip
 
 
 def write_trace(jobs: Iterable[TraceJob], path: str | Path) -> None:
@@ -77,10 +87,24 @@ def write_trace(jobs: Iterable[TraceJob], path: str | Path) -> None:
     path = Path(path)
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "wt", encoding="utf-8", newline="") as f:
-        w = csv.writer(f, lineterminator="\n")
-        w.writerow(["job_id", "user", "vc", "submit_time", "duration", "num_gpus", "status", "model_name"])
-        for j in jobs:
-            w.writerow([j.job_id, j.user, j.tenant, _num(j.submit_time), _num(j.duration), j.gpus, j.status, j.model])
+        f.writelines(trace_lines(jobs))
+
+
+def trace_lines(jobs: Iterable[TraceJob], chunk: int = 1 << 16) -> Iterator[str]:
+    """The CSV text of a trace in pieces of about ``chunk`` characters (the portal streams its history export)."""
+    buffer = io.StringIO()
+    w = csv.writer(buffer, lineterminator="\n")
+    w.writerow(COLUMNS)
+    for j in jobs:
+        delay = "" if j.queue_delay is None else _num(j.queue_delay)
+        w.writerow([j.job_id, j.user, j.tenant, _num(j.submit_time), _num(j.duration), j.gpus, j.status, delay,
+                    j.model, j.name])  # fmt: skip
+        if buffer.tell() >= chunk:
+            yield buffer.getvalue()
+            buffer.seek(0)
+            buffer.truncate()
+    if buffer.tell():
+        yield buffer.getvalue()
 
 
 def _num(x: float) -> str:

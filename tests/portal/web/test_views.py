@@ -99,3 +99,11 @@ def test_nodes_page(world: World, client: Client) -> None:
     page = client.get("/nodes/")
     assert page.status_code == 200 and b"n1" in page.content and b"0 of 8 GPUs allocated" in page.content
     assert b"<html" not in client.get("/nodes/", **HTMX).content
+
+
+def test_job_list_filter_input_it_cannot_read_is_said_not_hidden(world: World, client: Client) -> None:
+    _login(client, "alice")
+    page = client.get("/jobs/?mine=yes").content.decode()
+    assert "mine: Enter true or false. (that filter is not applied)" in page
+    assert 'value="true" checked' not in client.get("/jobs/?mine=false").content.decode()
+    assert 'value="true" checked' in client.get("/jobs/?mine=true").content.decode()
