@@ -16,7 +16,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from portal.errors import ValidationFailed
+from portal.errors import Conflict, ValidationFailed
 from portal.jobs.models import Job, JobTask, TaskState
 from portal.jobs.services import job_log_append, job_requeue, job_task_exited, release_task_gpus
 from portal.nodes.models import Gpu, Node, NodeState
@@ -101,10 +101,28 @@ def node_register(*, node: Node, hostname: str, address: str, agent_version: str
 
     A registration means the agent lost track of its processes, so every task the portal believed was running
     there is lost and its job is requeued. GPUs are matched by uuid; ones no longer reported are marked absent.
+
+    A GPU that moved here from a node that is down moves with its uuid. One still present on a node that is up or
+    draining is refused (409): two live agents reporting one uuid is a misconfiguration (cloned fake GPUs, a copied
+    token), and moving the GPU would take it from under whatever runs on it there.
     """
     if len({g.uuid for g in gpus}) != len(gpus) or len({g.index for g in gpus}) != len(gpus):
         raise ValidationFailed("GPU uuids and indices must be unique", field="gpus")
     node = Node.objects.select_for_update().get(pk=node.pk)
+    elsewhere = (
+        Gpu.objects.filter(uuid__in=[g.uuid for g in gpus], present=True)
+        .exclude(node=node)
+        .exclude(node__state=NodeState.DOWN)
+        .select_related("node")
+        .order_by("uuid")
+        .first()
+    )
+    if elsewhere is not None:
+        raise Conflict(
+            f"GPU {elsewhere.uuid} is registered on node {elsewhere.node.name}, which is {elsewhere.node.state}; "
+            "one GPU cannot be on two nodes",
+            field="gpus",
+        )
     now = timezone.now()
     node.hostname, node.address, node.agent_version = hostname[:255], address[:255], agent_version[:50]
     node.registered_at = node.last_heartbeat = now

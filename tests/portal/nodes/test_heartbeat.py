@@ -236,3 +236,19 @@ def test_a_heartbeat_that_is_not_json_is_a_415_and_changes_nothing(world: World)
     assert response.status_code == 415
     job.refresh_from_db()
     assert job.state == "running" and job.attempt == 1
+
+
+def test_a_gpu_live_on_another_node_is_refused_and_one_from_a_down_node_moves(world: World) -> None:
+    n1, n2 = world.nodes
+    stolen = {"gpus": [{"index": 0, "uuid": "GPU-n1-2", "model": "Fake", "memory_mb": 1000}]}
+    response = agent_client(world.tokens["n2"]).post("/api/v1/agent/register/", stolen, format="json")
+    assert response.status_code == 409
+    (message,) = response.json()["gpus"]
+    assert message == "GPU GPU-n1-2 is registered on node n1, which is up; one GPU cannot be on two nodes"
+    assert n1.gpus.filter(uuid="GPU-n1-2", present=True).exists()  # nothing changed
+    assert n2.gpus.filter(present=True).count() == 4
+
+    Node.objects.filter(pk=n1.pk).update(state="down")  # the card was moved out of a dead machine
+    response = agent_client(world.tokens["n2"]).post("/api/v1/agent/register/", stolen, format="json")
+    assert response.status_code == 200, response.content
+    assert n2.gpus.get(uuid="GPU-n1-2").present
