@@ -27,7 +27,7 @@ from telemetry.filters import AlertFilter, GpuTelemetryFilter
 from telemetry.models import METRIC_FIELDS, Alert, LatestSample, Sample
 from telemetry.sample import GpuSample, XidEvent
 from telemetry.selectors import alert_list, gpus_with_telemetry
-from telemetry.services import telemetry_ingest
+from telemetry.services import IngestResult, telemetry_ingest
 
 #: Far above what an agent sends in one POST (500), low enough that one request cannot hold the node's lock long.
 MAX_ITEMS_PER_BATCH = 10_000
@@ -93,10 +93,101 @@ def _parse_list(data: dict[str, Any], key: str, parse: Callable[[Any], T]) -> li
     return parsed
 
 
+# --- the samples body and answer, for the schema only: the view parses with from_dict and renders as_dict --------
+def _number() -> serializers.FloatField:
+    """A reading the GPU may be unable to report: ``null`` or absent then, never 0."""
+    return serializers.FloatField(required=False, allow_null=True)
+
+
+def _flag() -> serializers.BooleanField:
+    return serializers.BooleanField(required=False, allow_null=True)
+
+
+def _count(name: str) -> serializers.IntegerField:
+    """An integer reading, within its column's range (``_INT_LIMITS``)."""
+    return serializers.IntegerField(
+        min_value=-_INT_LIMITS[name], max_value=_INT_LIMITS[name], required=False, allow_null=True
+    )
+
+
+_TIMESTAMP = (
+    f"Seconds since the epoch (UTC), between {TIMESTAMP_RANGE[0]:.0f} and {TIMESTAMP_RANGE[1]:.0f} (exclusive)."
+)
+_UUID = "The GPU's uuid, without NUL characters."
+
+
+class GpuSampleSerializer(serializers.Serializer[GpuSample]):
+    """One GPU at one instant, as ``GpuSample.to_dict`` writes it (see telemetry/sample.py for each field)."""
+
+    gpu_uuid = serializers.CharField(help_text=_UUID + " One the node never registered counts as rejected.")
+    index = serializers.IntegerField()
+    timestamp = serializers.FloatField(help_text=_TIMESTAMP)
+    gpu_util = _number()
+    mem_used_mb = _count("mem_used_mb")
+    mem_total_mb = _count("mem_total_mb")
+    temperature_c = _number()
+    power_w = _number()
+    sm_clock_mhz = _count("sm_clock_mhz")
+    throttle_reasons = _count("throttle_reasons")
+    ecc_sbe_volatile = _count("ecc_sbe_volatile")
+    ecc_dbe_volatile = _count("ecc_dbe_volatile")
+    ecc_corrected_total = _count("ecc_corrected_total")
+    ecc_uncorrected_total = _count("ecc_uncorrected_total")
+    retired_pages = _count("retired_pages")
+    remapped_rows = _count("remapped_rows")
+    remapped_rows_pending = _flag()
+    remapped_rows_failed = _flag()
+    pcie_replay = _count("pcie_replay")
+    xid = serializers.IntegerField(
+        min_value=0,
+        max_value=_INT_LIMITS["xid"],
+        required=False,
+        allow_null=True,
+        help_text="The last XID since the previous sample; 0 or null: none.",
+    )
+    lost = _flag()
+    processes = serializers.ListField(
+        child=serializers.ListField(child=serializers.IntegerField(), min_length=2, max_length=2),
+        required=False,
+        help_text="[pid, used MiB] of each compute process on the GPU.",
+    )
+
+
+class XidEventSerializer(serializers.Serializer[XidEvent]):
+    gpu_uuid = serializers.CharField(help_text=_UUID)
+    xid = serializers.IntegerField(min_value=0, max_value=_INT_RANGE["IntegerField"])
+    timestamp = serializers.FloatField(help_text=_TIMESTAMP)
+
+
+class TelemetryBatchSerializer(serializers.Serializer[dict[str, Any]]):
+    """One POST of a node agent's telemetry (docs/agent-protocol.md). Any field may be left out."""
+
+    samples = GpuSampleSerializer(many=True, required=False, help_text=f"At most {MAX_ITEMS_PER_BATCH}.")
+    xid_events = XidEventSerializer(many=True, required=False, help_text=f"At most {MAX_ITEMS_PER_BATCH}.")
+    dropped = serializers.IntegerField(
+        min_value=0,
+        max_value=_INT_RANGE["BigIntegerField"],
+        required=False,
+        help_text="Samples and events the agent's buffer discarded since it started (0 if absent).",
+    )
+
+
+class IngestResultSerializer(serializers.Serializer[IngestResult]):
+    """What became of the batch: each sample is counted in exactly one of the first three."""
+
+    accepted = serializers.IntegerField(help_text="New samples stored.")
+    duplicates = serializers.IntegerField(help_text="Samples already stored (a retried batch).")
+    rejected = serializers.IntegerField(help_text="Samples for a GPU the node never registered, or from the future.")
+    xid_events = serializers.IntegerField(help_text="New XID events recorded.")
+    drained = serializers.ListField(
+        child=serializers.CharField(), help_text="Uuids of the GPUs this batch drained (a fatal XID)."
+    )
+
+
 class SamplesView(AgentView):
     """Take one batch from the authenticated node's agent; answers what became of each sample."""
 
-    @extend_schema(tags=["agent"], request=None, responses={200: dict})
+    @extend_schema(tags=["agent"], request=TelemetryBatchSerializer, responses={200: IngestResultSerializer})
     def post(self, request: Request) -> Response:
         data = request.data
         if not isinstance(data, dict):

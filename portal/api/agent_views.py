@@ -5,14 +5,21 @@ from __future__ import annotations
 from typing import cast
 
 from django.conf import settings
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from portal.api.auth import IsNodeAgent, NodeTokenAuthentication
-from portal.api.serializers import HeartbeatSerializer, RegisterSerializer
+from portal.api.serializers import (
+    ErrorSerializer,
+    HeartbeatReplySerializer,
+    HeartbeatSerializer,
+    RegisterReplySerializer,
+    RegisterSerializer,
+    ValidationErrorSerializer,
+)
 from portal.nodes.models import Node
 from portal.nodes.services import GpuReport, TaskReport, node_heartbeat, node_register
 
@@ -28,7 +35,19 @@ class AgentView(APIView):
 
 @extend_schema(tags=["agent"])
 class RegisterView(AgentView):
-    @extend_schema(request=RegisterSerializer)
+    @extend_schema(
+        request=RegisterSerializer,
+        responses={
+            200: RegisterReplySerializer,
+            409: OpenApiResponse(
+                ValidationErrorSerializer,
+                description=(
+                    'A GPU it reports is present on another node that is up or draining: `{"gpus": ["GPU … is '
+                    'registered on node …"], "code": "conflict"}`. Nothing changes.'
+                ),
+            ),
+        },
+    )
     def post(self, request: Request) -> Response:
         body = RegisterSerializer(data=request.data)
         body.is_valid(raise_exception=True)
@@ -51,7 +70,16 @@ class RegisterView(AgentView):
 
 @extend_schema(tags=["agent"])
 class HeartbeatView(AgentView):
-    @extend_schema(request=HeartbeatSerializer)
+    @extend_schema(
+        request=HeartbeatSerializer,
+        responses={
+            200: HeartbeatReplySerializer,
+            409: OpenApiResponse(
+                ErrorSerializer,
+                description='`{"detail": "register again"}`: the node has never registered. Register, then heartbeat.',
+            ),
+        },
+    )
     def post(self, request: Request) -> Response:
         body = HeartbeatSerializer(data=request.data)
         body.is_valid(raise_exception=True)

@@ -11,12 +11,13 @@ from typing import Any
 
 from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import permissions, serializers
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
+from portal.api.serializers import ErrorSerializer
 from portal.api.views import PlainTextRenderer
 from portal.jobs.selectors import job_history_trace
 from scheduling.sim.trace import trace_lines
@@ -56,7 +57,10 @@ class HistoryTraceView(APIView):
                 "until", OpenApiTypes.STR, description="Only submissions before this: a date or ISO 8601 date-time."
             ),
         ],
-        responses={(200, "text/csv"): OpenApiTypes.STR},
+        responses={
+            (200, "text/csv"): OpenApiTypes.STR,
+            403: OpenApiResponse(ErrorSerializer, description="Not staff: the export lists every tenant's jobs."),
+        },
     )
     def get(self, request: Request) -> StreamingHttpResponse:
         """Finished jobs submitted in the window, oldest first, as CSV in the shared trace schema."""

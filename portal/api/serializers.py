@@ -192,3 +192,66 @@ class TaskReportSerializer(serializers.Serializer[dict[str, Any]]):
 
 class HeartbeatSerializer(serializers.Serializer[dict[str, Any]]):
     tasks = TaskReportSerializer(many=True, required=False, default=list)
+
+
+# Replies, for the schema only: the agent views build these dicts themselves, from the node services' results.
+class RegisterReplySerializer(serializers.Serializer[dict[str, Any]]):
+    node = serializers.CharField(help_text="The node's name, as the portal knows it.")
+    heartbeat_interval = serializers.FloatField(help_text="Seconds between heartbeats.")
+    sample_interval = serializers.FloatField(help_text="Seconds between telemetry samples.")
+
+
+class TaskOrderSerializer(serializers.Serializer[dict[str, Any]]):
+    """An order about one attempt of a job: it applies to all of the attempt's ranks on the node."""
+
+    job = serializers.IntegerField()
+    attempt = serializers.IntegerField()
+
+
+class KillOrderSerializer(TaskOrderSerializer):
+    grace_seconds = serializers.FloatField(help_text="SIGTERM now, SIGKILL after this many seconds.")
+
+
+class SignalOrderSerializer(TaskOrderSerializer):
+    signal = serializers.CharField(help_text="A signal name, to send once: SIGUSR1 asks the job to checkpoint.")
+
+
+class StartOrderSerializer(serializers.Serializer[dict[str, Any]]):
+    job = serializers.IntegerField()
+    attempt = serializers.IntegerField()
+    rank = serializers.IntegerField()
+    command = serializers.CharField(help_text="A shell string, run by /bin/sh -c in the task's directory.")
+    gpus = serializers.ListField(child=serializers.IntegerField(), help_text="Indices of the node's GPUs to use.")
+    env = serializers.DictField(
+        child=serializers.CharField(), help_text="The task's environment, complete (CUDA_VISIBLE_DEVICES, RANK, ...)."
+    )
+
+
+class HeartbeatReplySerializer(serializers.Serializer[dict[str, Any]]):
+    start = StartOrderSerializer(many=True, help_text="Tasks to start; repeated until a heartbeat reports them.")
+    kill = KillOrderSerializer(many=True, help_text="Tasks to stop; keep reporting them until they exit.")
+    forget = TaskOrderSerializer(many=True, help_text="Tasks whose exit and whole log the portal holds.")
+    signal = SignalOrderSerializer(many=True, help_text="Signals to deliver once, without stopping the task.")
+    log_offsets = serializers.DictField(
+        child=serializers.IntegerField(),
+        help_text='Bytes of each reported task\'s log the portal holds, by "job:attempt:rank".',
+    )
+    heartbeat_interval = serializers.FloatField(help_text="Seconds until the next heartbeat.")
+
+
+# --- error answers, for the schema only: portal.api.exceptions renders them, portal.api.schema documents them ---------
+class ErrorSerializer(serializers.Serializer[dict[str, Any]]):
+    """A refusal that names no field at fault: DRF's own (401, 403, 404, 415, ...) and the domain's."""
+
+    detail = serializers.CharField(help_text="What went wrong, in words.")
+    code = serializers.CharField(
+        required=False,
+        help_text=(
+            "Only on domain refusals: permission_denied, not_found, conflict, quota_exceeded, invalid_transition, "
+            "invalid."
+        ),
+    )
+
+
+class ValidationErrorSerializer(serializers.Serializer[dict[str, Any]]):
+    """Field errors: ``{"gpus": ["..."]}``. Its keys are the input's own, so ``portal.api.schema`` gives its schema."""

@@ -9,7 +9,7 @@ from django.contrib.auth.models import User
 from django.db.models import Prefetch, QuerySet
 from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.authtoken.views import ObtainAuthToken
 from rest_framework.decorators import action
@@ -18,7 +18,13 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from portal.api.filters import JobFilter
-from portal.api.serializers import JobEventSerializer, JobSerializer, JobSubmitSerializer, NodeSerializer
+from portal.api.serializers import (
+    ErrorSerializer,
+    JobEventSerializer,
+    JobSerializer,
+    JobSubmitSerializer,
+    NodeSerializer,
+)
 from portal.jobs.models import Allocation, Job, JobTask
 from portal.jobs.selectors import job_list, job_log_read
 from portal.jobs.services import job_cancel, job_submit
@@ -47,6 +53,7 @@ class TokenView(ObtainAuthToken):
     """Exchange a username and password for an API token (the same token on every call)."""
 
     @extend_schema(
+        auth=[],  # it takes none: it is how a client gets its first credentials
         request=inline_serializer(
             "TokenRequest", {"username": serializers.CharField(), "password": serializers.CharField()}
         ),
@@ -70,7 +77,16 @@ class JobViewSet(
     def get_queryset(self) -> QuerySet[Job]:
         return jobs_with_placement(job_list(user=self.request.user))
 
-    @extend_schema(request=JobSubmitSerializer, responses={201: JobSerializer})
+    @extend_schema(
+        request=JobSubmitSerializer,
+        responses={
+            201: JobSerializer,
+            409: OpenApiResponse(
+                ErrorSerializer,
+                description="The tenant has as many jobs pending or running as its limit (`code`: `quota_exceeded`).",
+            ),
+        },
+    )
     def create(self, request: Request, *args: object, **kwargs: object) -> Response:
         spec = JobSubmitSerializer(data=request.data)
         spec.is_valid(raise_exception=True)
@@ -78,14 +94,28 @@ class JobViewSet(
         job = self.get_queryset().get(pk=job.pk)
         return Response(JobSerializer(job).data, status=status.HTTP_201_CREATED)
 
-    @extend_schema(request=None, responses={200: JobSerializer})
+    @extend_schema(
+        request=None,
+        responses={
+            200: JobSerializer,
+            403: OpenApiResponse(
+                ErrorSerializer,
+                description=(
+                    "Neither the job's owner nor an admin of its tenant (`code`: `permission_denied`); or a session "
+                    "(cookie) call without its CSRF token."
+                ),
+            ),
+            409: OpenApiResponse(ErrorSerializer, description="The job has already finished (`code`: `conflict`)."),
+        },
+    )
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str | None = None) -> Response:
         job = job_cancel(job=self.get_object(), by=cast(User, request.user))
         return Response(JobSerializer(self.get_queryset().get(pk=job.pk)).data)
 
-    # A plain list, not a page: without pagination_class=None the schema documented a paginated object.
-    @extend_schema(responses={200: JobEventSerializer(many=True)})
+    # A plain list, not a page: without pagination_class=None the schema documented a paginated object. No filters:
+    # the job list's would filter the job looked up (a 404), not its events.
+    @extend_schema(filters=False, responses={200: JobEventSerializer(many=True)})
     @action(detail=True, methods=["get"], pagination_class=None)
     def events(self, request: Request, pk: str | None = None) -> Response:
         return Response(JobEventSerializer(self.get_object().events.all(), many=True).data)
