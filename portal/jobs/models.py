@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from django.conf import settings
@@ -93,6 +94,19 @@ class Job(models.Model):
     @property
     def is_terminal(self) -> bool:
         return self.state in TERMINAL_STATES
+
+    @property
+    def executed_seconds(self) -> float:
+        """Seconds this job has held its GPUs over all its attempts (see :func:`executed_seconds`)."""
+        return executed_seconds(self.gpus, self.attained_service, self.started_at, self.finished_at)
+
+
+def executed_seconds(gpus: int, attained_service: float, started: datetime | None, finished: datetime | None) -> float:
+    """Seconds a finished job held its GPUs over all attempts: its earlier attempts' GPU-seconds per GPU, plus the
+    last attempt when it ended while running (a requeue clears ``started_at``). Read from columns so that a query
+    returning plain values can use it as well as a model instance."""
+    last_run = (finished - started).total_seconds() if started is not None and finished is not None else 0.0
+    return attained_service / gpus + max(0.0, last_run)
 
 
 class EventKind(models.TextChoices):

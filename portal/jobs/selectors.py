@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from django.conf import settings
 from django.db.models import Q, QuerySet
 
-from portal.jobs.models import Job, JobLogChunk
+from portal.jobs.models import Job, JobLogChunk, executed_seconds
 from scheduling.core.durations import format_duration
 from scheduling.core.states import JobState
 from scheduling.sim.trace import TraceJob
@@ -117,8 +117,7 @@ def job_history_trace(*, since: datetime | None = None, until: datetime | None =
     for pk, username, tenant, name, gpus, state, submitted, started, finished, attained in rows.iterator(2000):
         assert finished is not None  # filtered on finished_at__isnull=False
         origin = origin or submitted
-        last_run = max(0.0, (finished - started).total_seconds()) if started is not None else 0.0
-        duration = attained / gpus + last_run
+        duration = executed_seconds(gpus, attained, started, finished)
         yield TraceJob(
             job_id=str(pk),
             submit_time=(submitted - origin).total_seconds(),

@@ -37,7 +37,6 @@ _lock = threading.Lock()
 
 def _record(job: Job) -> FinishedJob:
     assert job.finished_at is not None  # learned jobs are read with finished_at__isnull=False
-    last_run = (job.finished_at - job.started_at).total_seconds() if job.started_at and job.finished_at else 0.0
     return FinishedJob(
         id=job.pk,
         tenant=job.tenant.slug,
@@ -45,7 +44,7 @@ def _record(job: Job) -> FinishedJob:
         gpus=job.gpus,
         submit_time=job.submitted_at.timestamp(),
         finish_time=job.finished_at.timestamp(),
-        executed_time=job.attained_service / job.gpus + max(0.0, last_run),
+        executed_time=job.executed_seconds,
         name=job.name,
         succeeded=job.state == JobState.SUCCEEDED.value,
     )
