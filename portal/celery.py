@@ -11,7 +11,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 
 app = Celery("portal")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["scheduling.live", "telemetry"])
+app.autodiscover_tasks(["scheduling.live", "scheduling.whatif", "telemetry"])
 
 
 @app.on_after_configure.connect
@@ -34,6 +34,10 @@ def _periodic_tasks(sender: Celery, **_: object) -> None:
     sender.add_periodic_task(300.0, _task("telemetry.tasks.score_gpus"), expires=300.0, name="telemetry-score")
     # Retention: hourly; deletes in chunks, so a missed run only leaves a little more for the next one.
     sender.add_periodic_task(3600.0, _task("telemetry.tasks.prune_samples"), expires=3600.0, name="telemetry-prune")
+    # What-if runs whose message or worker was lost are sent again or failed, so none waits for ever.
+    sender.add_periodic_task(
+        300.0, _task("scheduling.whatif.tasks.sweep_whatif_runs"), expires=300.0, name="whatif-sweep"
+    )
     # Sliding retraining of the failure predictor on the latest window: daily, seconds to minutes of one core.
     sender.add_periodic_task(
         86_400.0, _task("telemetry.tasks.train_failure_model"), expires=3600.0, name="telemetry-train"

@@ -7,6 +7,7 @@ PostgreSQL and Redis mandatory and turns off debug, so a forgotten variable fail
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import environ
@@ -49,6 +50,7 @@ INSTALLED_APPS = [
     "portal.jobs",
     "portal.web",
     "scheduling.live",
+    "scheduling.whatif",
     "telemetry",
 ]
 
@@ -113,7 +115,20 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "/static/"
-STATICFILES_DIRS = [BASE_DIR / "static"]
+
+
+def _package_data(package: str) -> Path:
+    """The installed ``package``'s directory of bundled files, found without importing the package."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise ImproperlyConfigured(f"the {package} package is not installed")
+    return Path(spec.submodule_search_locations[0]) / "package_data"
+
+
+# plotly.js for the what-if charts is the copy the installed plotly package ships, served as
+# /static/vendor/plotly/plotly.min.js: no CDN (clusters are often air-gapped) and no 4 MB file in git. The prefix
+# publishes the rest of that directory too (plotly's widget bundle, templates, sample data): public files only.
+STATICFILES_DIRS = [BASE_DIR / "static", ("vendor/plotly", _package_data("plotly"))]
 STATIC_ROOT = DATA_DIR / "staticfiles"
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},

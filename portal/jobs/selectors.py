@@ -93,6 +93,19 @@ TRACE_STATUS = {
 }
 
 
+def job_history_jobs(*, since: datetime | None = None, until: datetime | None = None) -> QuerySet[Job]:
+    """The jobs :func:`job_history_trace` exports: finished, submitted in ``[since, until)``, and ran at some point
+    (the what-if form asks it whether a window holds any)."""
+    jobs = Job.objects.filter(state__in=TRACE_STATUS, finished_at__isnull=False).filter(
+        Q(started_at__isnull=False) | Q(attained_service__gt=0)
+    )
+    if since is not None:
+        jobs = jobs.filter(submitted_at__gte=since)
+    if until is not None:
+        jobs = jobs.filter(submitted_at__lt=until)
+    return jobs
+
+
 def job_history_trace(*, since: datetime | None = None, until: datetime | None = None) -> Iterator[TraceJob]:
     """Finished jobs submitted in ``[since, until)`` as a trace in the shared schema, oldest submission first.
 
@@ -102,14 +115,7 @@ def job_history_trace(*, since: datetime | None = None, until: datetime | None =
     while pending) are left out: a replay has nothing to schedule for them. Submit times count from the first job
     exported. Rows are read in chunks, so an export of years of history streams in constant memory.
     """
-    jobs = Job.objects.filter(state__in=TRACE_STATUS, finished_at__isnull=False).filter(
-        Q(started_at__isnull=False) | Q(attained_service__gt=0)
-    )
-    if since is not None:
-        jobs = jobs.filter(submitted_at__gte=since)
-    if until is not None:
-        jobs = jobs.filter(submitted_at__lt=until)
-    rows = jobs.order_by("submitted_at", "pk").values_list(
+    rows = job_history_jobs(since=since, until=until).order_by("submitted_at", "pk").values_list(
         "pk", "user__username", "tenant__slug", "name", "gpus", "state", "submitted_at", "started_at",
         "finished_at", "attained_service",
     )  # fmt: skip

@@ -1,0 +1,77 @@
+"""The what-if pages: ask for a replay of the cluster's history under other policies, and read what it found.
+
+Staff only (a replay reads every tenant's jobs): a signed-in member gets 403, a visitor the login page. The views
+only validate and call ``scheduling.whatif``; the replay runs in a worker and the run's page polls its status.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from django.conf import settings
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+
+from portal.errors import ServiceError
+from portal.web.whatif_forms import WhatIfForm
+from scheduling.whatif.models import WhatIfRun, WhatIfState
+from scheduling.whatif.results import observed_row, table_rows
+from scheduling.whatif.selectors import whatif_get, whatif_list, whatif_live_cluster
+from scheduling.whatif.services import whatif_create
+
+if TYPE_CHECKING:
+    from portal.web.views import AuthenticatedHttpRequest
+
+
+def _require_staff(request: HttpRequest) -> None:
+    if not request.user.is_staff:
+        raise PermissionDenied("What-if replays are for admins: they read every tenant's history.")
+
+
+@login_required
+def whatif_list_view(request: AuthenticatedHttpRequest) -> HttpResponse:
+    """Past runs, and the form for a new one (pre-filled with the live policy, placement and cluster shape)."""
+    _require_staff(request)
+    form = WhatIfForm(
+        request.POST or None,
+        live_policy=settings.CORRAL_POLICY,
+        live_placement=settings.CORRAL_PLACEMENT,
+        cluster=whatif_live_cluster(),
+    )
+    if request.method == "POST" and form.is_valid():
+        try:
+            run = whatif_create(user=request.user, **form.cleaned_data)
+        except ServiceError as exc:
+            form.add_error(exc.field if exc.field in form.fields else None, exc.message[:1].upper() + exc.message[1:])
+        else:
+            return redirect("whatif-detail", run_id=run.pk)
+    return render(request, "whatif/whatif_list.html", {"form": form, "runs": whatif_list()})
+
+
+@login_required
+def whatif_detail_view(request: HttpRequest, run_id: int) -> HttpResponse:
+    """One run. While it is queued or running, htmx polls this view for the status fragment alone."""
+    _require_staff(request)
+    run = whatif_get(run_id=run_id)
+    if run is None:
+        raise Http404("No such what-if run.")
+    context = _run_context(run)
+    if request.headers.get("HX-Request") == "true":
+        return render(request, "whatif/partials/_whatif_run.html", context)
+    return render(request, "whatif/whatif_detail.html", context)
+
+
+def _run_context(run: WhatIfRun) -> dict[str, object]:
+    results = run.results if run.state == WhatIfState.DONE else {}
+    records = results.get("policies", [])
+    return {
+        "run": run,
+        "rows": table_rows(records, live_policy=run.live_policy),
+        "live_replayed": any(r["policy"] == run.live_policy for r in records),
+        "fairness_over": records[0]["fairness_over"] if records else "",
+        "observed": observed_row(results.get("observed")),
+        "skipped": results.get("skipped", 0),
+        "figures": results.get("figures", []),
+    }

@@ -1,0 +1,273 @@
+"""Services of what-if runs: ask for one (``whatif_create``) and carry it out (``whatif_execute``, from a task).
+
+The replay is ``corral history`` piped into ``corral simulate``, done in a worker: the finished jobs of the window
+from ``job_history_trace``, each policy through ``scheduling.sim.simulate`` on a uniform cluster, and what the page
+needs of the results kept on the row (``scheduling.whatif.results``).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from django.conf import settings
+from django.db import OperationalError, transaction
+from django.utils import timezone
+
+from portal.errors import NotAllowed, ServiceError, ValidationFailed
+from portal.jobs.selectors import job_history_trace
+from scheduling.core.placement import PLACEMENTS
+from scheduling.core.policies import POLICIES, QUOTA_SUFFIX
+from scheduling.core.preemption import PreemptionCost
+from scheduling.sim.metrics import measure
+from scheduling.sim.report import Figure, Run
+from scheduling.sim.simulator import Cluster, simulate
+from scheduling.sim.trace import TraceError
+from scheduling.whatif.models import WhatIfRun, WhatIfState
+from scheduling.whatif.results import merge_figures, observed, policy_figures, policy_record
+from scheduling.whatif.selectors import whatif_window_has_jobs
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
+log = logging.getLogger(__name__)
+
+#: Bounds of the replayed cluster: the simulator builds every node up front, so an absurd size would only exhaust
+#: the worker's memory.
+MAX_NODES = 10_000
+MAX_GPUS_PER_NODE = 64
+NO_JOBS = "no finished jobs were submitted in this window"
+OVERHEAD_RULE = "enter a number of seconds (0 or more) or helios"
+UNEXPECTED = "The replay stopped on an unexpected error; the worker's log has the details."
+#: A queued run nobody took for this long lost its message (the broker was down when it was asked for): send it
+#: again. A run still running after this long lost its worker (killed mid-replay; acks_late redelivers the message,
+#: but the redelivery finds it taken): it fails. The longest replay measured (100k jobs, eight policies) takes a few
+#: minutes.
+REQUEUE_AFTER = timedelta(minutes=10)
+LOST_AFTER = timedelta(hours=2)
+LOST = "The worker stopped during the replay (restarted or killed); ask for a new run."
+
+
+class WhatIfProblem(Exception):
+    """An expected reason a replay cannot be done, worded for the page."""
+
+
+def whatif_create(
+    *,
+    user: User,
+    policies: Sequence[str],
+    placement: str,
+    preemption_overhead: str,
+    nodes: int,
+    gpus_per_node: int,
+    racks: int = 1,
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> WhatIfRun:
+    """Store a queued what-if run for ``user`` (staff only) and have a worker replay it.
+
+    Refuses (``ValidationFailed``, field-scoped) unknown policies or placement, an overhead that is neither a number
+    of seconds >= 0 nor ``helios``, a cluster out of bounds, ``until`` not after ``since``, and a window in which no
+    finished job was submitted; ``NotAllowed`` for a user who is not staff (the replay reads every tenant's jobs).
+    Side effect: ``whatif_run`` is queued once the run is committed (``robust``: a broker that is briefly down
+    leaves the run queued, not the request failed).
+    """
+    if not user.is_staff:
+        raise NotAllowed("only admins may replay the cluster's history")
+    names = list(dict.fromkeys(policies))
+    _check(
+        policies=names,
+        placement=placement,
+        preemption_overhead=preemption_overhead,
+        nodes=nodes,
+        gpus_per_node=gpus_per_node,
+        racks=racks,
+        since=since,
+        until=until,
+    )
+    if not whatif_window_has_jobs(since=since, until=until):
+        raise ValidationFailed(NO_JOBS, field="since")
+    from scheduling.whatif.tasks import whatif_run  # the task module imports this one
+
+    with transaction.atomic():
+        run = WhatIfRun.objects.create(
+            requested_by=user,
+            since=since,
+            until=until,
+            policies=names,
+            live_policy=settings.CORRAL_POLICY,
+            placement=placement,
+            preemption_overhead=preemption_overhead.strip(),
+            nodes=nodes,
+            gpus_per_node=gpus_per_node,
+            racks=racks,
+        )
+        transaction.on_commit(lambda: whatif_run.delay(run.pk), robust=True)
+    return run
+
+
+def whatif_execute(run_id: int) -> WhatIfRun | None:
+    """Replay run ``run_id`` if it is still queued; returns it once settled, or None when there was nothing to do.
+
+    Safe to run twice: the run is claimed (queued -> running) under its row lock, so a redelivered or concurrent
+    task finds it taken and returns at once. The replay itself runs outside any transaction (it may take minutes
+    and must not hold a lock, least of all SQLite's database-wide one). It ends ``done`` with the results, or
+    ``failed`` with one readable sentence: an expected problem (no jobs in the window, every job larger than the
+    cluster) says what it was; anything else is logged with its traceback and the page says to look there. A
+    database error while reading the history puts the run back in the queue and re-raises, for the task's retry.
+    """
+    run = _claim(run_id)
+    if run is None:
+        return None
+    try:
+        jobs, results = _replay(run)
+    except WhatIfProblem as problem:
+        return _settle(run, WhatIfState.FAILED, error=str(problem))
+    except OperationalError:
+        WhatIfRun.objects.filter(pk=run.pk, state=WhatIfState.RUNNING).update(state=WhatIfState.QUEUED, started_at=None)
+        raise
+    except Exception:
+        log.exception("what-if run %s failed", run.pk)
+        return _settle(run, WhatIfState.FAILED, error=UNEXPECTED)
+    return _settle(run, WhatIfState.DONE, jobs=jobs, results=results)
+
+
+def whatif_sweep(*, now: datetime | None = None) -> tuple[list[int], list[int]]:
+    """Recover runs whose replay was lost, so none stays *queued* or *running* for ever: queued runs older than
+    :data:`REQUEUE_AFTER` are sent to the worker again (the claim makes a duplicate harmless), runs running longer
+    than :data:`LOST_AFTER` end *failed* with :data:`LOST`. Returns (requeued ids, failed ids). Beat runs it."""
+    now = now or timezone.now()
+    from scheduling.whatif.tasks import whatif_run  # the task module imports this one
+
+    stale = list(
+        WhatIfRun.objects.filter(state=WhatIfState.QUEUED, created_at__lt=now - REQUEUE_AFTER).values_list(
+            "pk", flat=True
+        )
+    )
+    for pk in stale:
+        whatif_run.delay(pk)
+    lost = list(
+        WhatIfRun.objects.filter(state=WhatIfState.RUNNING, started_at__lt=now - LOST_AFTER).values_list(
+            "pk", flat=True
+        )
+    )
+    if lost:
+        WhatIfRun.objects.filter(pk__in=lost, state=WhatIfState.RUNNING).update(
+            state=WhatIfState.FAILED, finished_at=now, error=LOST
+        )
+    return stale, lost
+
+
+def _claim(run_id: int) -> WhatIfRun | None:
+    with transaction.atomic():
+        run = WhatIfRun.objects.select_for_update().filter(pk=run_id).first()
+        if run is None or run.state != WhatIfState.QUEUED:
+            return None
+        run.state = WhatIfState.RUNNING
+        run.started_at = timezone.now()
+        run.save(update_fields=["state", "started_at"])
+    return run
+
+
+def _settle(run: WhatIfRun, state: WhatIfState, *, error: str = "", jobs: int = 0, results: Any = None) -> WhatIfRun:
+    """Record the end of a run this worker claimed (a single UPDATE, guarded on ``running``)."""
+    fields = {"state": state, "finished_at": timezone.now(), "error": error, "jobs": jobs, "results": results or {}}
+    WhatIfRun.objects.filter(pk=run.pk, state=WhatIfState.RUNNING).update(**fields)
+    run.refresh_from_db()
+    return run
+
+
+def _replay(run: WhatIfRun) -> tuple[int, dict[str, Any]]:
+    """(jobs replayed, results) of ``run``; raises ``WhatIfProblem`` for what the admin can fix."""
+    try:
+        _check(
+            policies=run.policies,
+            placement=run.placement,
+            preemption_overhead=run.preemption_overhead,
+            nodes=run.nodes,
+            gpus_per_node=run.gpus_per_node,
+            racks=run.racks,
+            since=run.since,
+            until=run.until,
+        )
+    except ServiceError as refusal:
+        raise WhatIfProblem(_sentence(refusal.message)) from None
+    cluster = Cluster(run.nodes, run.gpus_per_node, run.racks)
+    try:
+        trace = list(job_history_trace(since=run.since, until=run.until))
+    except TraceError as exc:
+        raise WhatIfProblem(_sentence(f"the history could not be read as a trace: {exc}")) from None
+    if not trace:
+        raise WhatIfProblem(_sentence(NO_JOBS))
+    if all(job.gpus > cluster.total_gpus for job in trace):
+        smallest = min(job.gpus for job in trace)
+        raise WhatIfProblem(
+            f"Every job in this window needs more GPUs than the {cluster.total_gpus} of a {run.nodes} x "
+            f"{run.gpus_per_node} cluster (the smallest asks for {smallest})."
+        )
+    overhead = PreemptionCost.parse(run.preemption_overhead)
+    records: list[dict[str, Any]] = []
+    figures: list[list[Figure]] = []
+    for name in run.policies:  # one replay in memory at a time: a 100k-job run holds 100k outcomes
+        result = simulate(trace, name, cluster=cluster, placement=run.placement, overhead=overhead)
+        metrics = measure(result)
+        records.append(policy_record(metrics))
+        figures.append(policy_figures(Run(result, metrics)))
+    skipped = records[0]["skipped"] if records else 0
+    results = {
+        "policies": records,
+        "observed": observed(trace),
+        "skipped": skipped,
+        "figures": merge_figures(figures, live_policy=run.live_policy),
+    }
+    return len(trace) - skipped, results
+
+
+def _check(
+    *,
+    policies: Sequence[str],
+    placement: str,
+    preemption_overhead: str,
+    nodes: int,
+    gpus_per_node: int,
+    racks: int,
+    since: datetime | None,
+    until: datetime | None,
+) -> None:
+    """The parameters' rules, shared by ``whatif_create`` and the replay (a row written some other way fails with
+    the same words)."""
+    if not policies:
+        raise ValidationFailed("choose at least one policy", field="policies")
+    unknown = [p for p in policies if p.removesuffix(QUOTA_SUFFIX) not in POLICIES]
+    if unknown:
+        known = ", ".join(POLICIES)
+        raise ValidationFailed(f"unknown policy {', '.join(unknown)}; choose from {known}", field="policies")
+    if placement not in PLACEMENTS:
+        known = ", ".join(PLACEMENTS)
+        raise ValidationFailed(f"unknown placement {placement}; choose from {known}", field="placement")
+    if parse_overhead(preemption_overhead) is None:
+        raise ValidationFailed(OVERHEAD_RULE, field="preemption_overhead")
+    for field, value, most in (("nodes", nodes, MAX_NODES), ("gpus_per_node", gpus_per_node, MAX_GPUS_PER_NODE)):
+        if not 1 <= value <= most:
+            raise ValidationFailed(f"must be a whole number from 1 to {most}", field=field)
+    if not 1 <= racks <= nodes:
+        raise ValidationFailed(f"must be a whole number from 1 to the number of nodes ({nodes})", field="racks")
+    if since is not None and until is not None and until <= since:
+        raise ValidationFailed("must be after the start of the window", field="until")
+
+
+def parse_overhead(text: str) -> PreemptionCost | None:
+    """``corral simulate --preemption-overhead``'s values ("0", "30", "helios"), or None for anything else (a
+    negative, infinite or non-numeric value)."""
+    try:
+        cost = PreemptionCost.parse(text)
+    except ValueError:
+        return None
+    return cost if math.isfinite(cost.multi_node) else None
+
+
+def _sentence(text: str) -> str:
+    return text[:1].upper() + text[1:].rstrip(".") + "."

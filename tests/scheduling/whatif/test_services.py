@@ -1,0 +1,214 @@
+"""What-if runs: asking for one, replaying it in a worker, and what the row keeps. Ref: #3 (replay the cluster's own
+history under another policy before switching)."""
+
+from __future__ import annotations
+
+import io
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import connection
+from django.utils import timezone
+
+from portal.errors import NotAllowed, ValidationFailed
+from portal.jobs.models import Job
+from portal.jobs.selectors import job_history_trace
+from portal.nodes.models import Node, NodeState
+from scheduling.core.preemption import PreemptionCost
+from scheduling.sim.metrics import measure
+from scheduling.sim.simulator import Cluster, simulate
+from scheduling.sim.trace import parse_trace, trace_lines
+from scheduling.whatif.models import WhatIfRun
+from scheduling.whatif.selectors import ClusterShape, whatif_live_cluster
+from scheduling.whatif.services import whatif_create, whatif_execute, whatif_sweep
+from scheduling.whatif.tasks import whatif_run
+from tests.concurrency import run_together
+from tests.fixtures import World, register_node
+from tests.history import T0
+
+SUMMARY_KEYS = {"avg_jct", "median_jct", "p95_jct", "avg_queue", "makespan", "jobs", "preemptions", "clairvoyant"}
+
+
+def _params(**overrides: object) -> dict[str, object]:
+    params: dict[str, object] = {
+        "policies": ["fifo"],
+        "placement": "count",
+        "preemption_overhead": "0",
+        "nodes": 2,
+        "gpus_per_node": 4,
+    }
+    return params | overrides
+
+
+def _queued(user: AbstractBaseUser, **overrides: object) -> WhatIfRun:
+    """A run row as ``whatif_create`` leaves it, without its checks (to replay windows the form would refuse)."""
+    fields = _params(live_policy="fifo") | overrides
+    return WhatIfRun.objects.create(requested_by=user, **fields)
+
+
+def test_a_run_replays_the_window_under_each_policy(
+    root: AbstractBaseUser,
+    history: dict[str, Job],
+    django_capture_on_commit_callbacks,  # noqa: ANN001
+) -> None:
+    with django_capture_on_commit_callbacks() as callbacks:
+        run = whatif_create(user=root, **_params(policies=["fifo", "srsf", "tiresias-gittins", "fifo"]))
+    assert len(callbacks) == 1  # the task, queued once the run is committed
+    assert (run.state, run.live_policy, run.policies) == ("queued", "fifo", ["fifo", "srsf", "tiresias-gittins"])
+
+    run = whatif_execute(run.pk)
+    assert run is not None and (run.state, run.error, run.jobs) == ("done", "", 4)
+    assert run.started_at is not None and run.finished_at is not None and run.started_at <= run.finished_at
+    records = run.results["policies"]
+    assert [r["policy"] for r in records] == ["fifo", "srsf", "tiresias-gittins"]  # the order asked for
+    assert all(SUMMARY_KEYS <= set(r) and r["jobs"] == 4 for r in records)
+    assert records[0]["avg_jct"] == 5400  # see tests.history.small_history
+    assert records[1]["clairvoyant"] is True
+    # What really happened: the preempted job's 2 h of running are its replayed duration, the rest it waited.
+    assert run.results["observed"] == {
+        "jobs": 4, "avg_jct": 13050.0, "median_jct": 14400.0, "p95_jct": 14400.0, "avg_queue": 7650.0,
+    }  # fmt: skip
+    figures = run.results["figures"]
+    assert len(figures) == 4 and all(len(f["data"]) == 3 for f in figures)
+    assert figures[0]["data"][0]["name"] == "fifo (live)"
+
+
+def test_the_numbers_are_those_corral_simulate_gives_for_the_export(
+    root: AbstractBaseUser, history: dict[str, Job]
+) -> None:
+    run = whatif_execute(_queued(root, policies=["tiresias-gittins", "sjf"], preemption_overhead="helios").pk)
+    assert run is not None and run.state == "done"
+    exported = parse_trace(io.StringIO("".join(trace_lines(job_history_trace()))))  # `corral history`, as CSV
+    for record in run.results["policies"]:
+        result = simulate(
+            exported, record["policy"], cluster=Cluster(2, 4), placement="count", overhead=PreemptionCost.helios()
+        )
+        assert {k: record[k] for k in SUMMARY_KEYS} == measure(result).summary()
+
+
+def test_the_task_replays_once_and_a_second_delivery_changes_nothing(
+    root: AbstractBaseUser, history: dict[str, Job]
+) -> None:
+    run = _queued(root)
+    whatif_run(run.pk)
+    done = WhatIfRun.objects.get(pk=run.pk)
+    assert done.state == "done"
+    whatif_run(run.pk)  # a redelivered message
+    again = WhatIfRun.objects.get(pk=run.pk)
+    assert (again.finished_at, again.results, again.jobs) == (done.finished_at, done.results, done.jobs)
+    assert whatif_execute(run.pk) is None
+
+
+def test_a_run_another_worker_holds_is_left_alone(root: AbstractBaseUser, history: dict[str, Job]) -> None:
+    run = _queued(root, state="running")
+    assert whatif_execute(run.pk) is None
+    assert WhatIfRun.objects.get(pk=run.pk).state == "running"
+    assert whatif_execute(run.pk + 1000) is None  # a run deleted before its task ran
+
+
+def test_an_empty_window_fails_with_one_readable_sentence(root: AbstractBaseUser, history: dict[str, Job]) -> None:
+    run = _queued(root, since=T0 + timedelta(days=30))
+    run = whatif_execute(run.pk)
+    assert run is not None and run.state == "failed" and run.finished_at is not None
+    assert run.error == "No finished jobs were submitted in this window."
+    assert run.results == {} and run.jobs == 0
+
+
+def test_a_cluster_smaller_than_every_job_fails_readably(root: AbstractBaseUser, history: dict[str, Job]) -> None:
+    run = _queued(root, until=T0 + timedelta(minutes=30), nodes=1, gpus_per_node=1)  # only the 2-GPU job
+    run = whatif_execute(run.pk)
+    assert run is not None and run.state == "failed"
+    assert run.error == (
+        "Every job in this window needs more GPUs than the 1 of a 1 x 1 cluster (the smallest asks for 2)."
+    )
+
+
+def test_jobs_larger_than_the_cluster_are_left_out_and_counted(root: AbstractBaseUser, history: dict[str, Job]) -> None:
+    run = whatif_execute(_queued(root, nodes=1, policies=["fifo", "qssf"], placement="consolidate").pk)
+    assert run is not None and run.state == "done"
+    assert (run.jobs, run.results["skipped"]) == (3, 1)  # the 8-GPU job cannot run on 4 GPUs
+
+
+def test_a_row_with_parameters_the_form_would_refuse_fails_readably(
+    root: AbstractBaseUser, history: dict[str, Job]
+) -> None:
+    run = whatif_execute(_queued(root, policies=["lottery"]).pk)
+    assert run is not None and run.state == "failed"
+    assert run.error.startswith("Unknown policy lottery; choose from fifo, ")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field", "words"),
+    [
+        ({"policies": []}, "policies", "choose at least one policy"),
+        ({"policies": ["fifo", "lottery"]}, "policies", "unknown policy lottery"),
+        ({"placement": "anywhere"}, "placement", "unknown placement anywhere"),
+        ({"preemption_overhead": "soon"}, "preemption_overhead", "number of seconds (0 or more) or helios"),
+        ({"preemption_overhead": "-1"}, "preemption_overhead", "number of seconds"),
+        ({"preemption_overhead": "nan"}, "preemption_overhead", "number of seconds"),
+        ({"nodes": 0}, "nodes", "from 1 to 10000"),
+        ({"gpus_per_node": 65}, "gpus_per_node", "from 1 to 64"),
+        ({"racks": 3}, "racks", "number of nodes (2)"),
+        ({"since": T0, "until": T0}, "until", "after the start of the window"),
+        ({"since": T0 + timedelta(days=30)}, "since", "no finished jobs were submitted in this window"),
+    ],
+)
+def test_create_refuses_what_cannot_be_replayed(
+    root: AbstractBaseUser, history: dict[str, Job], overrides: dict[str, object], field: str, words: str
+) -> None:
+    with pytest.raises(ValidationFailed, match=words.replace("(", r"\(").replace(")", r"\)")) as refusal:
+        whatif_create(user=root, **_params(**overrides))
+    assert refusal.value.field == field
+    assert not WhatIfRun.objects.exists()
+
+
+def test_only_admins_may_replay_the_history(world: World, history: dict[str, Job]) -> None:
+    with pytest.raises(NotAllowed):
+        whatif_create(user=world.admin, **_params())  # a tenant admin is not staff
+
+
+def test_the_default_cluster_is_the_live_one(world: World) -> None:
+    Node.objects.filter(name="n1").update(rack="a")
+    Node.objects.filter(name="n2").update(rack="b", state=NodeState.DRAINING)  # draining still counts
+    register_node("n3", gpus=8)
+    down, _ = register_node("n4", gpus=4)
+    Node.objects.filter(pk=down.pk).update(state=NodeState.DOWN)
+    # Two up nodes of 4 GPUs and one of 8: a uniform cluster of three 4-GPU nodes on the two racks named.
+    assert whatif_live_cluster() == ClusterShape(nodes=3, gpus_per_node=4, racks=2)
+    Node.objects.update(state=NodeState.DOWN)
+    assert whatif_live_cluster() is None
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="row locks need PostgreSQL (make test runs it)")
+def test_two_workers_given_the_same_run_replay_it_once(root: AbstractBaseUser, history: dict[str, Job]) -> None:
+    run = _queued(root)
+    outcomes = run_together(lambda: whatif_execute(run.pk), threads=2)
+    assert not [o for o in outcomes if isinstance(o, BaseException)], outcomes
+    assert sum(o is not None for o in outcomes) == 1
+    assert WhatIfRun.objects.get(pk=run.pk).state == "done"
+
+
+def test_the_sweep_sends_lost_queued_runs_again_and_fails_runs_whose_worker_died(
+    root: AbstractBaseUser,
+    history: dict[str, Job],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from portal.celery import app as celery_app
+
+    monkeypatch.setitem(celery_app.conf, "task_always_eager", True)  # the re-sent task runs here
+    now = timezone.now()
+    lost_message = _queued(root)
+    fresh = _queued(root)
+    dead_worker = _queued(root, state="running", started_at=now - timedelta(hours=3))
+    busy_worker = _queued(root, state="running", started_at=now - timedelta(minutes=5))
+    WhatIfRun.objects.filter(pk=lost_message.pk).update(created_at=now - timedelta(minutes=30))
+
+    requeued, failed = whatif_sweep(now=now)
+
+    assert (requeued, failed) == ([lost_message.pk], [dead_worker.pk])
+    states = dict(WhatIfRun.objects.values_list("pk", "state"))
+    assert states == {lost_message.pk: "done", fresh.pk: "queued", dead_worker.pk: "failed", busy_worker.pk: "running"}
+    assert "worker stopped" in WhatIfRun.objects.get(pk=dead_worker.pk).error
+    assert whatif_sweep(now=now) == ([], [])  # nothing left to recover
