@@ -227,6 +227,9 @@ CORRAL_CORDON_MAX_TIME_LIMIT: int = env.int("CORRAL_CORDON_MAX_TIME_LIMIT", defa
 CORRAL_RISK_THRESHOLD: float | None = env.float("CORRAL_RISK_THRESHOLD", default=None)
 #: First port handed to multi-node gangs as MASTER_PORT (the job id is added to spread them).
 CORRAL_MASTER_PORT_BASE: int = env.int("CORRAL_MASTER_PORT_BASE", default=29500)
+#: Characters of output stored per job: its first half (how the job began) and its most recent half (how it
+#: ended) are kept, whatever lies between is dropped as the job prints on. 0: no limit.
+CORRAL_JOB_LOG_MAX_CHARS: int = env.int("CORRAL_JOB_LOG_MAX_CHARS", default=16 * 1024 * 1024)
 
 LOGGING = {
     "version": 1,

@@ -42,7 +42,9 @@ class Job(models.Model):
 
     ``attempt`` counts starts: a requeue (lost node, hardware fault, preemption) starts a new attempt, and rows
     belonging to an older attempt (tasks, allocations, agent reports) are ignored from then on. ``time_limit``
-    bounds each attempt (counted from ``started_at``): past it the job is stopped and fails.
+    bounds each attempt (counted from ``started_at``): past it the job is stopped and fails. ``log_size`` counts
+    every character the job printed and ``log_dropped`` those no longer stored (see ``job_log_append``), so the
+    log's offsets never move when output is dropped.
     """
 
     tenant = models.ForeignKey("tenants.Tenant", on_delete=models.PROTECT, related_name="jobs")
@@ -66,7 +68,12 @@ class Job(models.Model):
     time_limit = models.PositiveIntegerField(
         null=True, blank=True, help_text="Seconds each attempt may run before it is stopped; empty: no limit."
     )
-    log_size = models.PositiveBigIntegerField(default=0, help_text="Characters of output stored so far.")
+    log_size = models.PositiveBigIntegerField(
+        default=0, help_text="Characters the job has printed so far: the end of its log, kept or not."
+    )
+    log_dropped = models.PositiveBigIntegerField(
+        default=0, help_text="Characters of output deleted to keep the log within CORRAL_JOB_LOG_MAX_CHARS."
+    )
 
     objects = JobQuerySet.as_manager()
 
@@ -204,7 +211,11 @@ class JobTask(models.Model):
 
 
 class JobLogChunk(models.Model):
-    """A piece of a job's output, starting at character ``offset`` of the job's log."""
+    """A piece of a job's output, starting at character ``offset`` of the job's log.
+
+    Chunks of one job never overlap; where one ends before the next begins, that output was dropped to keep the
+    job within ``CORRAL_JOB_LOG_MAX_CHARS`` (offsets are the job's own, so readers and agents never renumber).
+    """
 
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="log_chunks")
     offset = models.PositiveBigIntegerField()

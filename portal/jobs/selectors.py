@@ -59,26 +59,54 @@ def cordon_rule() -> str:
 
 def job_log_read(*, job: Job, offset: int = 0, limit: int = 1_000_000) -> tuple[str, int]:
     """Output of ``job`` from character ``offset``: returns (text, next offset). At most about ``limit``
-    characters per call so a follower of a chatty job gets it in pieces."""
+    characters per call so a follower of a chatty job gets it in pieces.
+
+    Offsets count everything the job printed, stored or not: ``job_log_append`` may have dropped the middle of a
+    long log. Where the text crosses dropped output it holds one marker line saying how much is missing, and a
+    reader whose offset lies in the dropped range goes on at the first character kept after it. The next offset
+    is never behind what was returned nor inside a gap, so followers neither re-read nor wait for output that
+    no longer exists.
+    """
     offset = max(0, offset)
     chunks = JobLogChunk.objects.filter(job=job, offset__gte=_chunk_start(job, offset)).order_by("offset")
     parts: list[str] = []
     size = 0
-    position = offset
+    position = offset  # how far the reader has got
+    last_char = "\n" if offset == 0 else None  # the character before ``position``, when known: the marker's own line
     for chunk in chunks.iterator():
-        data = chunk.data
-        if chunk.offset < offset:
-            data = data[offset - chunk.offset :]
+        end = chunk.offset + len(chunk.data)
+        if end <= position:  # the chunk before ``offset``, which _chunk_start may find
+            last_char = chunk.data[-1:] if end == position else None
+            continue
+        if chunk.offset > position:
+            parts.append(_log_gap_marker(chunk.offset - position, last_char))
+        data = chunk.data[max(0, position - chunk.offset) :]
         parts.append(data)
         size += len(data)
-        position = chunk.offset + len(chunk.data)
+        position, last_char = end, data[-1:]
         if size >= limit:
             break
-    return "".join(parts), max(position, offset) if parts else min(offset, job.log_size)
+    else:
+        if position < job.log_size:  # the end itself is gone (job_log_append keeps it; a hand-pruned log may not)
+            parts.append(_log_gap_marker(job.log_size - position, last_char))
+            position = job.log_size
+    return "".join(parts), position if position > offset else min(offset, job.log_size)
+
+
+def _log_gap_marker(dropped: int, last_char: str | None) -> str:
+    """The line shown where ``dropped`` characters of output are no longer stored, on a line of its own."""
+    cap = settings.CORRAL_JOB_LOG_MAX_CHARS
+    kept = f"the {cap:,} characters" if cap > 0 else "what"
+    line = (
+        f"[... {dropped:,} characters of output dropped: this job printed more than {kept} Corral keeps per job;"
+        " its start and its latest output are kept ...]\n"
+    )
+    return line if last_char == "\n" else "\n" + line
 
 
 def _chunk_start(job: Job, offset: int) -> int:
-    """Offset of the chunk that contains character ``offset``."""
+    """Offset of the last chunk that starts at or before character ``offset``: the one holding it, or the one
+    before the gap it lies in when that output was dropped."""
     start = (
         JobLogChunk.objects.filter(job=job, offset__lte=offset).order_by("-offset").values_list("offset", flat=True)
     ).first()

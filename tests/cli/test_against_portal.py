@@ -256,6 +256,24 @@ def test_logs_print_the_whole_output(corral: Invoke, logged_in: Portal) -> None:
     assert result.stdout == "epoch 1 loss 0.93\népοch 2 ✓ [bold]not markup[/bold]\n"
 
 
+def test_logs_of_a_job_that_printed_more_than_the_portal_keeps(
+    corral: Invoke, logged_in: Portal, settings: Any
+) -> None:
+    """The portal drops the middle of a long log; the CLI prints its marker once and following still ends."""
+    settings.CORRAL_JOB_LOG_MAX_CHARS = 40  # keeps the first 20 characters and the latest (at most) 20
+    job_id = submit(corral, "--", "python", "loop.py")
+    for i in range(10):
+        append_log(job_id, f"line {i:02d}\n")
+    once = corral("logs", str(job_id))
+    assert once.exit_code == 0, once.output
+    assert once.stdout.startswith("line 00\nline 01\nline\n[... 44 characters of output dropped")
+    assert once.stdout.endswith("...]\nline 08\nline 09\n") and once.stdout.count("output dropped") == 1
+    assert corral("cancel", str(job_id)).exit_code == 0
+    followed = corral("logs", "-f", "--interval", "0.1", str(job_id))
+    assert (followed.exit_code, followed.stdout) == (0, once.stdout), followed.output
+    assert followed.stderr.strip() == f"job {job_id} cancelled"
+
+
 def test_logs_follow_until_the_job_ends(corral: Invoke, logged_in: Portal, config_file: Path) -> None:
     job_id = submit(corral, "--", "python", "train.py")
     append_log(job_id, "starting\n")

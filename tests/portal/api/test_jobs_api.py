@@ -131,6 +131,27 @@ def test_log_follows_with_an_offset(api: APIClient, world: World) -> None:
     assert api.get(f"/api/v1/jobs/{job.pk}/log/?offset=abc").status_code == 400
 
 
+def test_log_of_a_job_that_printed_more_than_the_cap(api: APIClient, world: World, settings) -> None:  # noqa: ANN001
+    """The dropped middle shows as one marker line; X-Log-Offset leads past it, so a follower keeps moving."""
+    settings.CORRAL_JOB_LOG_MAX_CHARS = 40  # keeps the first 20 characters and the latest (at most) 20
+    job = job_submit(user=world.alice, command="x", gpus=1)
+    for i in range(10):
+        job_log_append(job=job, data=f"line {i:02d}\n")
+    full = api.get(f"/api/v1/jobs/{job.pk}/log/", HTTP_ACCEPT="text/plain")
+    text = full.content.decode()
+    assert full.status_code == 200 and full["X-Log-Offset"] == "80"
+    assert text.startswith("line 00\nline 01\nline\n[... 44 characters of output dropped: this job printed more")
+    assert text.endswith(" kept ...]\nline 08\nline 09\n") and text.count("output dropped") == 1
+    inside = api.get(f"/api/v1/jobs/{job.pk}/log/?offset=50")  # a follower that was inside the dropped range
+    assert (
+        inside.content.decode().startswith("\n[... 14 characters of output dropped") and inside["X-Log-Offset"] == "80"
+    )
+    assert inside.content.decode().endswith("...]\nline 08\nline 09\n")
+    after = api.get(f"/api/v1/jobs/{job.pk}/log/?offset=72")
+    assert (after.content, after["X-Log-Offset"]) == (b"line 09\n", "80")
+    assert api.get(f"/api/v1/jobs/{job.pk}/log/?offset=80").content == b""
+
+
 def test_nodes_list_gpus_and_who_holds_them(api: APIClient, world: World) -> None:
     job = job_submit(user=world.alice, command="x", gpus=2)
     scheduling_round()

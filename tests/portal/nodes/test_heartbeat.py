@@ -57,6 +57,34 @@ def test_run_log_and_exit_reach_the_job(world: World) -> None:
     assert not Allocation.objects.filter(job=job, released_at__isnull=True).exists()
 
 
+def test_the_log_cap_changes_nothing_the_agent_sees(world: World, settings) -> None:  # noqa: ANN001
+    """Dropping stored output (CORRAL_JOB_LOG_MAX_CHARS) keeps the agent's byte offsets: every piece is acknowledged
+    where it ended, never asked for again, and the task is forgotten once its whole log has arrived."""
+    settings.CORRAL_JOB_LOG_MAX_CHARS = 30
+    job = _placed(world)
+    agent = agent_client(world.tokens[_node_of(job).name])
+    key, sent = f"{job.pk}:1:0", 0
+    for i in range(8):
+        piece = f"étape {i}\n"  # 8 characters, 9 bytes: the agent counts bytes, the portal characters
+        task = {"job": job.pk, "attempt": 1, "state": "running", "pid": 7, "log_offset": sent, "log": piece}
+        sent += len(piece.encode())
+        reply = agent.post("/api/v1/agent/heartbeat/", {"tasks": [{**task, "log_size": sent}]}, format="json")
+        assert reply.status_code == 200 and reply.json() == {
+            "start": [],
+            "kill": [],
+            "forget": [],
+            "signal": [],
+            "log_offsets": {key: sent},
+            "heartbeat_interval": 2.0,
+        }
+    last = {"job": job.pk, "attempt": 1, "state": "exited", "exit_code": 1, "log_offset": sent, "log": "boom\n"}
+    reply = agent.post("/api/v1/agent/heartbeat/", {"tasks": [{**last, "log_size": sent + 5}]}, format="json")
+    assert reply.json()["log_offsets"] == {key: sent + 5} and reply.json()["forget"] == [{"job": job.pk, "attempt": 1}]
+    job.refresh_from_db()
+    assert (job.state, job.log_size, job.log_dropped) == ("failed", 8 * 8 + 5, 41)  # kept: 15 of head, 13 of tail
+    assert JobTask.objects.get(job=job).log_received == sent + 5
+
+
 def test_a_repeated_log_chunk_is_not_stored_twice(world: World) -> None:
     job = _placed(world)
     node = _node_of(job)

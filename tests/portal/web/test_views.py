@@ -71,6 +71,24 @@ def test_job_detail_page_status_partial_and_log_tail(world: World, client: Clien
     assert b'hx-trigger="every 2s"' in tail.content  # a live job keeps being followed
 
 
+def test_job_page_and_log_tail_show_where_output_was_dropped(world: World, client: Client, settings) -> None:  # noqa: ANN001
+    settings.CORRAL_JOB_LOG_MAX_CHARS = 40  # keeps the first 20 characters and the latest (at most) 20
+    _login(client, "alice")
+    job = job_submit(user=world.alice, command="python loop.py", gpus=1)
+    for i in range(10):
+        job_log_append(job=job, data=f"line {i:02d}\n")
+    page = client.get(f"/jobs/{job.pk}/")
+    assert page.content.count(b"characters of output dropped") == 1 and b"[... 44 characters" in page.content
+    assert b"line 00" in page.content and b"line 09" in page.content and b"line 05" not in page.content
+    assert b"offset=80" in page.content
+    tail = client.get(f"/jobs/{job.pk}/log/?offset=30", **HTMX)  # a page whose follower stood inside the gap
+    assert b"[... 34 characters of output dropped" in tail.content and b"line 08\nline 09" in tail.content
+    assert b"offset=80" in tail.content and b'hx-trigger="every 2s"' in tail.content
+    client.post(f"/jobs/{job.pk}/cancel/")
+    done = client.get(f"/jobs/{job.pk}/log/?offset=80", **HTMX)
+    assert b"hx-trigger" not in done.content  # finished and all shown: the follower stops
+
+
 def test_log_tail_stops_polling_when_the_job_is_done(world: World, client: Client) -> None:
     _login(client, "alice")
     job = job_submit(user=world.alice, command="x", gpus=1)
