@@ -148,7 +148,16 @@ def _print_report(data: dict[str, object]) -> None:
     table.add_column("training part (threshold choice)", justify="right")
     validation = data["validation"]
     assert isinstance(validation, dict)
-    for key in ("precision", "recall", "median_lead_hours", "alarms", "true_alarms", "false_alarms", "failures"):
+    for key in (
+        "precision",
+        "recall",
+        "median_lead_hours",
+        "alarms",
+        "true_alarms",
+        "false_alarms",
+        "early_false_alarms",
+        "failures",
+    ):
         table.add_row(key, _cell(data.get(key)), _cell(validation.get(key)))
     console = Console()
     console.print(table)

@@ -9,6 +9,9 @@ The unit that matters to an operator is the *alarm*: "drain GPU X, it will fail 
 - *Recall* is over failures: the fraction of failures that had a true alarm before them. Failures in the first
   horizon of the period are left out of recall (there was not a full horizon in which to warn about them).
 - *Lead time* is from a failure's earliest true alarm to the failure.
+- An *early* alarm is a false alarm whose GPU did fail, but later than the horizon (within
+  :data:`EARLY_HORIZONS` horizons). It is still false, and counted so; the count tells an operator how many false
+  alarms were right about the GPU and wrong only about when.
 - Persistence: before thresholding, each row's score is replaced by the minimum over the GPU's last
   ``persist_rows`` rows (:func:`persistent_scores`), so one noisy hour cannot raise an alarm; a real precursor
   keeps the score up. On generated fleets three rows (hours) raised precision at equal recall by about a quarter.
@@ -21,6 +24,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
+#: A false alarm whose GPU fails within this many horizons after it is reported as *early*.
+EARLY_HORIZONS = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +46,9 @@ class AlarmMetrics:
     true_alarms: int
     false_alarms: int
     censored_alarms: int
+    #: False alarms whose GPU failed after the horizon but within :data:`EARLY_HORIZONS` horizons and inside the
+    #: measured period (a subset of ``false_alarms``).
+    early_alarms: int
     failures: int
     caught: int
     lead_hours: tuple[float, ...]
@@ -67,6 +76,7 @@ class AlarmMetrics:
             "true_alarms": self.true_alarms,
             "false_alarms": self.false_alarms,
             "censored_alarms": self.censored_alarms,
+            "early_false_alarms": self.early_alarms,
             "failures": self.failures,
             "caught": self.caught,
         }
@@ -114,6 +124,9 @@ def measure(
     with np.errstate(invalid="ignore"):
         true = nxt - t <= horizon_s
     censored = ~true & (t + horizon_s > end)
+    with np.errstate(invalid="ignore"):
+        # Only failures inside the period count, so a training-part figure never depends on later labels.
+        early = ~true & ~censored & (nxt - t <= EARLY_HORIZONS * horizon_s) & (nxt <= end)
     # Earliest true alarm per failure (gpu, failure time).
     earliest: dict[tuple[int, float], float] = {}
     for i in np.flatnonzero(true):
@@ -133,6 +146,7 @@ def measure(
         true_alarms=int(true.sum()),
         false_alarms=int((~true & ~censored).sum()),
         censored_alarms=int(censored.sum()),
+        early_alarms=int(early.sum()),
         failures=int(eligible.sum()),
         caught=len(caught_leads),
         lead_hours=tuple(sorted(caught_leads)),

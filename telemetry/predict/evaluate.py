@@ -86,6 +86,9 @@ class EvaluationReport:
     hindsight_precision_at_recall: dict[float, float | None] = field(default_factory=dict)
     caught_failures: tuple[tuple[str, float], ...] = field(default=())  # (gpu uuid, failed_at) in the test part
     missed_failures: tuple[tuple[str, float], ...] = field(default=())
+    #: The test part's false alarms as (gpu uuid, alarm time, the GPU's next failure or NaN), for the benchmark's
+    #: breakdown of what raised them.
+    false_alarm_rows: tuple[tuple[str, float, float], ...] = field(default=())
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = self.test.as_dict()
@@ -169,6 +172,7 @@ def evaluate(
         hindsight_precision_at_recall=hindsight,
         caught_failures=caught,
         missed_failures=missed,
+        false_alarm_rows=_false_alarms(table, test, choice.threshold, horizon, end),
     )
 
 
@@ -229,6 +233,19 @@ def _positive(rows: ScoredRows, horizon: float) -> np.ndarray:
     with np.errstate(invalid="ignore"):
         positive: np.ndarray = rows.next_failure - rows.timestamp <= horizon
     return positive
+
+
+def _false_alarms(
+    table: TelemetryTable, rows: ScoredRows, threshold: float, horizon: float, end: float
+) -> tuple[tuple[str, float, float], ...]:
+    """The alarms :func:`measure` counts as false: not followed by a failure within the horizon, and judged (the
+    horizon after them ends inside the data)."""
+    out = []
+    for i in raise_alarms(rows, threshold, horizon):
+        t, nxt = float(rows.timestamp[i]), float(rows.next_failure[i])
+        if not nxt - t <= horizon and t + horizon <= end:
+            out.append((table.gpu_names[int(rows.gpu[i])], t, nxt))
+    return tuple(out)
 
 
 def _failure_outcomes(

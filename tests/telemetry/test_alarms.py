@@ -47,6 +47,15 @@ def test_alarm_earlier_than_the_horizon_is_false() -> None:
     r = rows([0], [10], [0.9], {0: 100})
     m = measure(r, 0.5, horizon_s=DAY, failures=(np.array([0]), np.array([100 * H])), period=(0, 300 * H))
     assert (m.true_alarms, m.false_alarms, m.caught) == (0, 1, 0)
+    assert m.early_alarms == 0  # 90 h before the failure: more than three horizons
+
+
+def test_a_false_alarm_on_a_gpu_that_fails_within_three_horizons_is_early() -> None:
+    # GPU 0 alarms at h10 and fails at h50 (40 h later: false, but early); GPU 1 alarms and never fails.
+    r = rows([0, 1], [10, 10], [0.9, 0.9], {0: 50})
+    m = measure(r, 0.5, horizon_s=DAY, failures=(np.array([0]), np.array([50 * H])), period=(0, 300 * H))
+    assert (m.true_alarms, m.false_alarms, m.early_alarms) == (0, 2, 1)
+    assert m.as_dict()["early_false_alarms"] == 1
 
 
 def test_persistence_takes_the_minimum_over_recent_rows_of_the_same_gpu() -> None:

@@ -93,6 +93,8 @@ def test_walk_forward_evaluation_reports_the_agreed_keys(fleet) -> None:  # noqa
     assert data["recall"] > 0 and data["precision"] > 0
     caught = {u for u, _ in report.caught_failures}
     assert len(caught) == report.test.caught
+    assert len(report.false_alarm_rows) == data["false_alarms"]
+    assert sum(0 < nxt - t <= 3 * DAY for _, t, nxt in report.false_alarm_rows) == data["early_false_alarms"]
 
 
 def test_evaluation_needs_enough_history(fleet) -> None:  # noqa: ANN001
