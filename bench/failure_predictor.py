@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from telemetry.csvio import read_labels, read_telemetry, write_labels, write_telemetry  # noqa: E402
+from telemetry.predict.alarms import EARLY_HORIZONS  # noqa: E402
 from telemetry.predict.evaluate import EvalConfig, EvaluationReport, evaluate  # noqa: E402
 from telemetry.predict.models import ModelKind  # noqa: E402
 from telemetry.synth import FleetConfig, generate  # noqa: E402
@@ -159,8 +160,9 @@ CAUSE_WINDOW_S = 7 * 86400.0
 
 def _false_alarm_causes(report: EvaluationReport, fleet: object) -> Counter[str]:
     """What raised each false alarm, from the generator's ground truth: a GPU that failed later than the horizon
-    (``early``: within three horizons; ``failed later``), the look-alike episode(s) the GPU was in, a node-wide
-    event on its node, or ``none`` (the healthy noise: soft errors, chronic heat or replays, switch events)."""
+    (``early``: within ``EARLY_HORIZONS`` horizons, as ``early_false_alarms`` counts them; ``failed later``), the
+    look-alike episode(s) the GPU was in, a node-wide event on its node, or ``none`` (the healthy noise: soft
+    errors, chronic heat or replays, switch events)."""
     horizon = report.config.horizon_s
     episodes: dict[str, list[tuple[float, str]]] = {}
     for uuid, episode, start in fleet.episodes:  # type: ignore[attr-defined]
@@ -173,7 +175,7 @@ def _false_alarm_causes(report: EvaluationReport, fleet: object) -> Counter[str]
     causes: Counter[str] = Counter()
     for uuid, t, next_failure in report.false_alarm_rows:
         if np.isfinite(next_failure):
-            causes["early" if next_failure - t <= 3 * horizon else "failed later"] += 1
+            causes["early" if next_failure - t <= EARLY_HORIZONS * horizon else "failed later"] += 1
             continue
         found = sorted({e for start, e in episodes.get(uuid, ()) if 0 <= t - start <= CAUSE_WINDOW_S})
         found += sorted(

@@ -153,7 +153,7 @@ def evaluate(
     )
     test_metrics = measure(test, choice.threshold, horizon_s=horizon, failures=failures, period=(split, end))
     hindsight = precision_at_recall(test, HINDSIGHT_RECALLS, horizon_s=horizon, failures=failures, period=(split, end))
-    caught, missed = _failure_outcomes(table, test, choice.threshold, horizon, failures, (split, end))
+    caught, missed, false_alarms = _alarm_outcomes(table, test, choice.threshold, horizon, failures, (split, end))
     y_test = _positive(test, horizon)
     ap = float(average_precision_score(y_test, test.score)) if 0 < y_test.sum() < len(y_test) else None
     return EvaluationReport(
@@ -172,7 +172,7 @@ def evaluate(
         hindsight_precision_at_recall=hindsight,
         caught_failures=caught,
         missed_failures=missed,
-        false_alarm_rows=_false_alarms(table, test, choice.threshold, horizon, end),
+        false_alarm_rows=false_alarms,
     )
 
 
@@ -235,35 +235,26 @@ def _positive(rows: ScoredRows, horizon: float) -> np.ndarray:
     return positive
 
 
-def _false_alarms(
-    table: TelemetryTable, rows: ScoredRows, threshold: float, horizon: float, end: float
-) -> tuple[tuple[str, float, float], ...]:
-    """The alarms :func:`measure` counts as false: not followed by a failure within the horizon, and judged (the
-    horizon after them ends inside the data)."""
-    out = []
-    for i in raise_alarms(rows, threshold, horizon):
-        t, nxt = float(rows.timestamp[i]), float(rows.next_failure[i])
-        if not nxt - t <= horizon and t + horizon <= end:
-            out.append((table.gpu_names[int(rows.gpu[i])], t, nxt))
-    return tuple(out)
-
-
-def _failure_outcomes(
+def _alarm_outcomes(
     table: TelemetryTable,
     rows: ScoredRows,
     threshold: float,
     horizon: float,
     failures: tuple[np.ndarray, np.ndarray],
     period: tuple[float, float],
-) -> tuple[tuple[tuple[str, float], ...], tuple[tuple[str, float], ...]]:
-    """Which test-part failures were caught (for per-kind recall in the benchmark)."""
-    alarm_rows = raise_alarms(rows, threshold, horizon)
-    true = {
-        (int(rows.gpu[i]), float(rows.next_failure[i]))
-        for i in alarm_rows
-        if rows.next_failure[i] - rows.timestamp[i] <= horizon
-    }
+) -> tuple[tuple[tuple[str, float], ...], tuple[tuple[str, float], ...], tuple[tuple[str, float, float], ...]]:
+    """The test part's failures caught and missed, as (gpu uuid, failed at), and its false alarms as (gpu uuid,
+    alarm time, next failure or NaN), judged as :func:`measure` judges them: for the benchmark's per-kind recall
+    and its breakdown of what raised the false alarms."""
     start, end = period
+    true: set[tuple[int, float]] = set()
+    false: list[tuple[str, float, float]] = []
+    for i in raise_alarms(rows, threshold, horizon):
+        g, t, nxt = int(rows.gpu[i]), float(rows.timestamp[i]), float(rows.next_failure[i])
+        if nxt - t <= horizon:
+            true.add((g, nxt))
+        elif t + horizon <= end:  # judged: its horizon ends inside the data (else censored)
+            false.append((table.gpu_names[g], t, nxt))
     scored = set(np.unique(rows.gpu).tolist())
     caught: list[tuple[str, float]] = []
     missed: list[tuple[str, float]] = []
@@ -272,4 +263,4 @@ def _failure_outcomes(
             continue
         entry = (table.gpu_names[int(g)], float(ft))
         (caught if (int(g), float(ft)) in true else missed).append(entry)
-    return tuple(caught), tuple(missed)
+    return tuple(caught), tuple(missed), tuple(false)
