@@ -90,6 +90,9 @@ def job_detail(job: Job, events: Sequence[JobEvent]) -> list[RenderableType]:
     ]
     if job.get("reason"):
         rows.append(("Reason", job["reason"]))
+    estimate = job.get("start_estimate")
+    if isinstance(estimate, dict) and estimate.get("text"):
+        rows.append(("Expected start", str(estimate["text"])))
     rows += [
         ("Tenant / user", f"{job.get('tenant', '')} / {job.get('user', '')}"),
         ("GPUs", str(job.get("gpus", ""))),

@@ -26,6 +26,12 @@ def _periodic_tasks(sender: Celery, **_: object) -> None:
     # 1.3 x CORRAL_NODE_TIMEOUT.
     sweep = min(10.0, max(1.0, settings.CORRAL_NODE_TIMEOUT / 3))
     sender.add_periodic_task(sweep, _task("scheduling.live.tasks.sweep_nodes"), expires=sweep, name="sweep-nodes")
+    # Start forecasts for pending jobs: a look ahead with the live policy, much heavier than a round, so it has
+    # its own slower cadence; each run replaces the last, so it expires after one period.
+    forecast = settings.CORRAL_FORECAST_EVERY
+    sender.add_periodic_task(
+        forecast, _task("scheduling.live.tasks.forecast_starts"), expires=forecast, name="forecast-starts"
+    )
     # Telemetry rollups: each run rebuilds the last few 1-minute buckets and the current hour (idempotent upserts);
     # expires after one period so a stalled worker never queues a backlog of identical runs.
     sender.add_periodic_task(60.0, _task("telemetry.tasks.rollup_samples"), expires=60.0, name="telemetry-rollup")

@@ -49,6 +49,7 @@ INSTALLED_APPS = [
     "portal.nodes",
     "portal.jobs",
     "portal.web",
+    "portal.dashboards",
     "scheduling.live",
     "scheduling.whatif",
     "telemetry",
@@ -209,6 +210,12 @@ CORRAL_KILL_GRACE: float = env.float("CORRAL_KILL_GRACE", default=10.0)
 CORRAL_LEASE_SECONDS: float = env.float("CORRAL_LEASE_SECONDS", default=30.0)
 #: Beat cadence of the scheduling round and the node-liveness sweep (seconds).
 CORRAL_SCHEDULE_EVERY: float = env.float("CORRAL_SCHEDULE_EVERY", default=5.0)
+#: Seconds between start forecasts for pending jobs ("when should it start"), and how far ahead they look.
+CORRAL_FORECAST_EVERY: float = env.float("CORRAL_FORECAST_EVERY", default=30.0)
+CORRAL_FORECAST_HORIZON: float = env.float("CORRAL_FORECAST_HORIZON", default=7 * 86_400.0)
+#: Cost bound of one forecast in job-rounds (jobs in the system x rounds played); jobs further back than that many
+#: rounds are told they are too far back to forecast. 10 million keeps a forecast within seconds (docs/benchmarks.md).
+CORRAL_FORECAST_WORK: int = env.int("CORRAL_FORECAST_WORK", default=10_000_000)
 #: Telemetry sampling period asked of agents (seconds).
 CORRAL_SAMPLE_INTERVAL: float = env.float("CORRAL_SAMPLE_INTERVAL", default=10.0)
 #: How many times a job killed by hardware (lost node, fatal XID) is retried before it fails.

@@ -8,5 +8,6 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("api/v1/", include("portal.api.urls")),
     path("", include("telemetry.urls")),
+    path("", include("portal.dashboards.urls")),
     path("", include("portal.web.urls")),
 ]

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.utils import timezone
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from portal.jobs.models import MAX_TIME_LIMIT, Job, JobEvent, JobTask
+from portal.jobs.selectors import StartEstimate, job_start_estimate
 from portal.nodes.models import Gpu, Node
 from portal.tenants.models import Tenant
 
@@ -52,10 +55,25 @@ class JobSubmitSerializer(serializers.Serializer[dict[str, Any]]):
         return value
 
 
+class StartEstimateSerializer(serializers.Serializer[StartEstimate]):
+    outlook = serializers.CharField(
+        help_text=(
+            "estimated (expected_start_at is set), unknown_end (it waits on jobs whose end cannot be estimated), "
+            "beyond_horizon (not within CORRAL_FORECAST_HORIZON), no_capacity (the nodes up now cannot hold it), "
+            "or empty before the first forecast."
+        )
+    )
+    expected_start_at = serializers.DateTimeField(source="at", allow_null=True)
+    text = serializers.CharField(help_text="The same answer in words, as the job page shows it.")
+
+
 class JobSerializer(serializers.ModelSerializer[Job]):
     tenant: serializers.SlugRelatedField[Tenant] = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     user = serializers.CharField(source="user.username", read_only=True)
     cancel_requested = serializers.SerializerMethodField()
+    start_estimate = serializers.SerializerMethodField(
+        help_text="Pending jobs only (null otherwise): when the job should start, from the latest forecast."
+    )
     node = serializers.SerializerMethodField()
     nodes = serializers.SerializerMethodField()
     gpu_indices = serializers.SerializerMethodField()
@@ -81,6 +99,7 @@ class JobSerializer(serializers.ModelSerializer[Job]):
             "cancel_requested",
             "hardware_retries",
             "time_limit",
+            "start_estimate",
             "submitted_at",
             "started_at",
             "finished_at",
@@ -93,6 +112,11 @@ class JobSerializer(serializers.ModelSerializer[Job]):
         if job.state == "pending":
             return []
         return [t for t in job.tasks.all() if t.attempt == job.attempt]
+
+    @extend_schema_field(StartEstimateSerializer(allow_null=True))
+    def get_start_estimate(self, job: Job) -> dict[str, Any] | None:
+        estimate = job_start_estimate(job=job, now=timezone.now())
+        return None if estimate is None else dict(StartEstimateSerializer(estimate).data)
 
     def get_cancel_requested(self, job: Job) -> bool:
         return job.cancel_requested_at is not None

@@ -74,6 +74,13 @@ class Job(models.Model):
     log_dropped = models.PositiveBigIntegerField(
         default=0, help_text="Characters of output deleted to keep the log within CORRAL_JOB_LOG_MAX_CHARS."
     )
+    # The start forecast (scheduling.live.forecast), refreshed for pending jobs every CORRAL_FORECAST_EVERY
+    # seconds. Not a state change, so no event: read it through ``start_forecast``, which drops stale values.
+    start_outlook = models.CharField(
+        max_length=16, blank=True, help_text="A scheduling.core.forecast.StartOutlook; empty: not forecast yet."
+    )
+    expected_start_at = models.DateTimeField(null=True, blank=True)
+    forecast_at = models.DateTimeField(null=True, blank=True, help_text="When the start forecast was made.")
 
     objects = JobQuerySet.as_manager()
 
@@ -101,6 +108,17 @@ class Job(models.Model):
     @property
     def is_terminal(self) -> bool:
         return self.state in TERMINAL_STATES
+
+    @property
+    def start_forecast(self) -> tuple[str, datetime | None] | None:
+        """``(outlook, expected start)`` for a pending job, from a forecast made since it last entered the queue;
+        None when the job is not pending or no such forecast exists yet (a forecast made before a requeue is
+        about an earlier wait)."""
+        if self.state != JobState.PENDING.value or not self.start_outlook or self.forecast_at is None:
+            return None
+        if self.forecast_at < (self.queued_at or self.submitted_at):
+            return None
+        return self.start_outlook, self.expected_start_at
 
     @property
     def executed_seconds(self) -> float:

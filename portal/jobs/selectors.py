@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from django.conf import settings
@@ -13,6 +13,7 @@ from django.db.models import Q, QuerySet
 
 from portal.jobs.models import Job, JobLogChunk, executed_seconds
 from scheduling.core.durations import format_duration
+from scheduling.core.forecast import StartOutlook
 from scheduling.core.states import JobState
 from scheduling.sim.trace import TraceJob
 
@@ -47,6 +48,64 @@ def job_time_limit(*, job: Job, now: datetime) -> TimeLimit | None:
     if job.state == JobState.RUNNING.value and job.started_at is not None:
         left = format_duration(max(0.0, job.time_limit - (now - job.started_at).total_seconds()))
     return TimeLimit(limit=format_duration(job.time_limit), left=left)
+
+
+@dataclass(frozen=True, slots=True)
+class StartEstimate:
+    """When a pending job should start, as pages, the API and the CLI say it. ``outlook`` is a
+    :class:`~scheduling.core.forecast.StartOutlook` value, or ``""`` before the first forecast; ``at`` is set when
+    the forecast gave a time."""
+
+    outlook: str
+    at: datetime | None
+    text: str
+
+
+#: What every estimate assumes, shown next to it: the forecast knows nothing of jobs not yet submitted.
+START_ESTIMATE_BASIS = (
+    "An estimate: it assumes no other jobs are submitted and that running jobs end at their time limit or when "
+    "similar past jobs did."
+)
+
+
+def job_start_estimate(*, job: Job, now: datetime) -> StartEstimate | None:
+    """The latest start forecast of a pending job in words; None when the job is not pending."""
+    if job.state != JobState.PENDING.value:
+        return None
+    forecast = job.start_forecast
+    if forecast is None:
+        every = format_duration(settings.CORRAL_FORECAST_EVERY)
+        return StartEstimate("", None, f"Working out when it should start (every {every}).")
+    outlook, at = forecast
+    if outlook == StartOutlook.ESTIMATED and at is not None:
+        return StartEstimate(outlook, at, _start_in_words(at, now))
+    texts: dict[str, str] = {
+        StartOutlook.UNKNOWN_END: (
+            "No start time yet: the GPUs it waits for are held by jobs that have no time limit and no similar "
+            "past jobs to estimate from."
+        ),
+        StartOutlook.BEYOND_HORIZON: (
+            f"Not within the next {format_duration(settings.CORRAL_FORECAST_HORIZON)} at the current pace."
+        ),
+        StartOutlook.BEYOND_REACH: (
+            "Too far back in the queue to say: the forecast stops after a set number of job ends and priority "
+            "changes (CORRAL_FORECAST_WORK), and this job had not started by then."
+        ),
+        StartOutlook.NO_CAPACITY: (
+            "Not on the nodes up now: even with every job gone they could not hold it in a shape it can use."
+        ),
+    }
+    return StartEstimate(outlook, None, texts.get(outlook, ""))
+
+
+def _start_in_words(at: datetime, now: datetime) -> str:
+    wait = (at - now).total_seconds()
+    if wait <= 2 * settings.CORRAL_SCHEDULE_EVERY:
+        return "Should start at the next scheduling round."
+    # Rounded as people say it: to the minute within a day, to the hour beyond.
+    rounded = round(wait / 60) * 60 if wait < 86_400 else round(wait / 3600) * 3600
+    around = at.astimezone(UTC)
+    return f"Should start in about {format_duration(max(60, rounded))} (around {around:%Y-%m-%d %H:%M} UTC)."
 
 
 def cordon_rule() -> str:

@@ -17,7 +17,15 @@ from portal.api.filters import JobFilter
 from portal.api.views import jobs_with_placement
 from portal.errors import ServiceError
 from portal.jobs.models import Allocation, Job
-from portal.jobs.selectors import cordon_rule, job_get, job_list, job_log_read, job_time_limit
+from portal.jobs.selectors import (
+    START_ESTIMATE_BASIS,
+    cordon_rule,
+    job_get,
+    job_list,
+    job_log_read,
+    job_start_estimate,
+    job_time_limit,
+)
 from portal.jobs.services import job_cancel, job_submit
 from portal.nodes.models import Gpu, Node
 from portal.tenants.models import Tenant
@@ -82,13 +90,16 @@ def _visible_job(request: HttpRequest, job_id: int) -> Job:
 
 
 def _job_context(job: Job) -> dict[str, object]:
+    now = timezone.now()
     tasks = [t for t in job.tasks.select_related("node").order_by("rank") if t.attempt == job.attempt]
     return {
         "job": job,
         "tasks": tasks if job.state != "pending" else [],
         "events": list(job.events.all()),
         "terminal": job.is_terminal,
-        "time_limit": job_time_limit(job=job, now=timezone.now()),
+        "time_limit": job_time_limit(job=job, now=now),
+        "start_estimate": job_start_estimate(job=job, now=now),
+        "start_estimate_basis": START_ESTIMATE_BASIS,
     }
 
 

@@ -9,6 +9,7 @@ from django.db import OperationalError
 from django.utils import timezone
 
 from portal.nodes.services import nodes_mark_stale_down
+from scheduling.live.forecast import start_forecast_refresh
 from scheduling.live.models import SchedulerRound
 from scheduling.live.round import scheduling_round
 
@@ -31,3 +32,10 @@ def sweep_nodes() -> list[str]:
     if down:
         schedule_round.delay()
     return down
+
+
+@shared_task(autoretry_for=(OperationalError,), retry_backoff=True, max_retries=3, ignore_result=True)
+def forecast_starts() -> dict[str, float]:
+    """Refresh every pending job's expected start. Each run replaces the last one's answers."""
+    result = start_forecast_refresh()
+    return {"pending": result.pending, "estimated": result.estimated, "duration_ms": result.duration_ms}

@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.browser.conftest import collect_errors
 from tests.e2e.harness import PASSWORD, USERNAME, Stack, wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
@@ -89,16 +90,7 @@ def test_admin_replays_history_in_the_browser(
     expect(page).to_have_url(re.compile(r"/accounts/login/"))
 
     # From here on, the browser must report no error but the missing favicon.
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(f"page error: {exc}"))
-    page.on(
-        "console",
-        lambda msg: (
-            errors.append(f"console: {msg.text} ({msg.location.get('url')})")
-            if msg.type == "error" and not msg.location.get("url", "").endswith("/favicon.ico")
-            else None
-        ),
-    )
+    errors = collect_errors(page)
 
     log_in(page, ADMIN, ADMIN_PASSWORD)
     expect(page).to_have_url(re.compile(r"/jobs/$"))

@@ -33,6 +33,7 @@ from portal.jobs.services import job_log_append, job_submit
 from portal.nodes.models import Gpu, NodeState
 from portal.nodes.services import node_token_issue
 from portal.tenants.models import Tenant
+from scheduling.live.forecast import start_forecast_refresh
 from tests.cli.conftest import Invoke
 from tests.factories import MembershipFactory, NodeFactory, TenantFactory, UserFactory
 
@@ -177,6 +178,11 @@ def test_submit_then_list_and_show(corral: Invoke, logged_in: Portal) -> None:
         assert expected in detail.stdout
     shown = json.loads(corral("show", str(job.pk), "--json").stdout)
     assert shown["id"] == job.pk and shown["events"][0]["kind"] == "submitted"
+    assert "Working out when it should start" in detail.stdout  # no forecast has run yet
+
+    start_forecast_refresh()  # the only node is down: no start time can be given, and `show` says why
+    detail = corral("show", str(job.pk))
+    assert "Expected start" in detail.stdout and "Not on the nodes up now" in " ".join(detail.stdout.split())
 
 
 def test_submit_into_a_named_tenant_with_a_name(corral: Invoke, logged_in: Portal) -> None:

@@ -1,0 +1,26 @@
+"""Times as numbers in SQL: the one representation in which PostgreSQL (tests, production) and SQLite (``make run``)
+subtract, clip and sum them alike, and which the database hands back as plain floats (cheap to load, unlike one
+datetime per row)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from django.db.models import FloatField, Func
+
+if TYPE_CHECKING:
+    from django.db.backends.base.base import BaseDatabaseWrapper
+    from django.db.models.sql.compiler import SQLCompiler, _AsSqlType
+
+
+class EpochSeconds(Func):
+    """Seconds since 1970-01-01 UTC of a datetime column, as a float, on PostgreSQL and SQLite (where Django stores
+    naive UTC text that ``julianday`` reads, to the millisecond)."""
+
+    output_field = FloatField()
+
+    def as_postgresql(self, compiler: SQLCompiler, connection: BaseDatabaseWrapper, **extra: Any) -> _AsSqlType:
+        return self.as_sql(compiler, connection, template="EXTRACT(EPOCH FROM %(expressions)s)::double precision")
+
+    def as_sqlite(self, compiler: SQLCompiler, connection: BaseDatabaseWrapper, **extra: Any) -> _AsSqlType:
+        return self.as_sql(compiler, connection, template="((julianday(%(expressions)s) - 2440587.5) * 86400.0)")

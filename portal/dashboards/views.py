@@ -1,0 +1,58 @@
+"""The dashboard page. It validates the window and tenant parameters and calls the selectors; htmx polls it every
+30 s for the stats fragment alone (``HX-Request: true``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpResponse
+from django.shortcuts import render
+from django.utils import timezone
+from django.utils.http import urlencode
+
+from portal.dashboards.charts import dashboard_charts, figures_by_key
+from portal.dashboards.forms import DashboardForm
+from portal.dashboards.selectors import DEFAULT_WINDOW, dashboard_get, dashboard_tenants, window_of
+
+if TYPE_CHECKING:
+    from portal.web.views import AuthenticatedHttpRequest
+
+#: Seconds between two refreshes of the live fragment (docs/dashboards.md says the same).
+REFRESH_SECONDS = 30
+
+
+@login_required
+def dashboard_view(request: AuthenticatedHttpRequest) -> HttpResponse:
+    """A bad ``window`` falls back to the default with a message (200); a tenant the user cannot see, or that does
+    not exist, shows the message and no figures at all (400), so nobody learns anything about it."""
+    tenants = dashboard_tenants(user=request.user)
+    form = DashboardForm(request.GET, tenants=tenants)
+    form.is_valid()
+    window_key = form.cleaned_data.get("window") or DEFAULT_WINDOW
+    problems = [str(error) for errors in form.errors.values() for error in errors]
+    context: dict[str, object] = {
+        "form": form,
+        "problems": problems,
+        "window_key": window_key,
+        "refresh_seconds": REFRESH_SECONDS,
+        "dashboard": None,
+    }
+    status = 200
+    if "tenant" in form.errors:
+        status = 400
+    else:
+        slug = form.cleaned_data.get("tenant") or ""
+        tenant = next((t for t in tenants if t.slug == slug), None)
+        dashboard = dashboard_get(user=request.user, window=window_of(window_key, now=timezone.now()), tenant=tenant)
+        charts = dashboard_charts(dashboard)
+        context |= {
+            "dashboard": dashboard,
+            "charts": charts,
+            "figures": figures_by_key(charts),
+            "tenant": slug,
+            "query": urlencode({"window": window_key, **({"tenant": slug} if slug else {})}),
+        }
+    if request.headers.get("HX-Request") == "true":
+        return render(request, "dashboards/partials/_dashboard.html", context, status=status)
+    return render(request, "dashboards/dashboard.html", context, status=status)
