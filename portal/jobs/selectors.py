@@ -59,6 +59,7 @@ class StartEstimate:
     outlook: str
     at: datetime | None
     text: str
+    brief: str = ""  # for lists: "Starts in about 2h 10m." when a time is known, else nothing
 
 
 #: What every estimate assumes, shown next to it: the forecast knows nothing of jobs not yet submitted.
@@ -78,7 +79,7 @@ def job_start_estimate(*, job: Job, now: datetime) -> StartEstimate | None:
         return StartEstimate("", None, f"Working out when it should start (every {every}).")
     outlook, at = forecast
     if outlook == StartOutlook.ESTIMATED and at is not None:
-        return StartEstimate(outlook, at, _start_in_words(at, now))
+        return StartEstimate(outlook, at, *_start_in_words(at, now))
     texts: dict[str, str] = {
         StartOutlook.UNKNOWN_END: (
             "No start time yet: the GPUs it waits for are held by jobs that have no time limit and no similar "
@@ -98,14 +99,15 @@ def job_start_estimate(*, job: Job, now: datetime) -> StartEstimate | None:
     return StartEstimate(outlook, None, texts.get(outlook, ""))
 
 
-def _start_in_words(at: datetime, now: datetime) -> str:
+def _start_in_words(at: datetime, now: datetime) -> tuple[str, str]:
+    """The expected start as the job page says it, and as the job list does."""
     wait = (at - now).total_seconds()
     if wait <= 2 * settings.CORRAL_SCHEDULE_EVERY:
-        return "Should start at the next scheduling round."
+        return "Should start at the next scheduling round.", "Starts at the next round."
     # Rounded as people say it: to the minute within a day, to the hour beyond.
-    rounded = round(wait / 60) * 60 if wait < 86_400 else round(wait / 3600) * 3600
+    rounded = format_duration(max(60, round(wait / 60) * 60 if wait < 86_400 else round(wait / 3600) * 3600))
     around = at.astimezone(UTC)
-    return f"Should start in about {format_duration(max(60, rounded))} (around {around:%Y-%m-%d %H:%M} UTC)."
+    return f"Should start in about {rounded} (around {around:%Y-%m-%d %H:%M} UTC).", f"Starts in about {rounded}."
 
 
 def cordon_rule() -> str:

@@ -154,3 +154,12 @@ def test_remaining_run_time_takes_the_nearer_of_limit_and_history() -> None:
     # A pending job gets its whole limit again (the limit is per attempt), and nothing known means None.
     assert remaining_run_time(_view(time_limit=300.0), now=now, predictor=DurationPredictor()) == 300.0
     assert remaining_run_time(_view(), now=now, predictor=DurationPredictor()) is None
+
+
+def test_a_job_that_fits_now_is_due_at_the_next_round(world: World) -> None:
+    waiting = job_submit(user=world.alice, command="c", gpus=1)  # no round has run: the GPUs are all free
+    start_forecast_refresh()
+    client = Client()
+    client.force_login(world.alice)
+    assert "Should start at the next scheduling round." in client.get(f"/jobs/{waiting.pk}/").content.decode()
+    assert "Starts at the next round." in client.get("/jobs/").content.decode()

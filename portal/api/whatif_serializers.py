@@ -1,0 +1,222 @@
+"""Shapes of the what-if API (``/api/v1/whatif/``): what a script asks for, and a run with what it found.
+
+The request serializer checks types and ranges and fills in what the browser form pre-fills (the live policy,
+placement and cluster shape, handed in through the context by the view); ``whatif_create`` checks the rest (policy
+names, the overhead, racks against nodes, the window) and its refusals land on the field they name. The results are
+the run's stored JSON as numbers (seconds, shares), each with ``shown``: the same row formatted as the run's page
+shows it (``scheduling.whatif.results.table_rows`` and ``observed_row``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from scheduling.core.placement import PLACEMENTS
+from scheduling.core.policies import POLICIES, QUOTA_SUFFIX
+from scheduling.whatif.models import WhatIfRun, WhatIfState
+from scheduling.whatif.results import observed_row, table_rows
+from scheduling.whatif.selectors import ClusterShape
+from scheduling.whatif.services import MAX_GPUS_PER_NODE, MAX_NODES
+
+#: The browser form's default overhead (and the model's): a preempted job resumes at no cost.
+DEFAULT_OVERHEAD = "0"
+NO_LIVE_CLUSTER = "No live node has GPUs now, so give the size of the cluster to replay on."
+
+
+class WhatIfRequestSerializer(serializers.Serializer[dict[str, Any]]):
+    """A what-if run to queue. What is left out is the live cluster's, as the browser's form pre-fills it."""
+
+    # The view hands those defaults in through the context: live_policy, live_placement, cluster (or None).
+
+    policies = serializers.ListField(
+        child=serializers.CharField(max_length=60),
+        required=False,
+        max_length=50,
+        help_text=(
+            f"Policies to replay, in the order the results list them: {', '.join(POLICIES)}, each also as "
+            f"`<name>{QUOTA_SUFFIX}`. Default: the live `CORRAL_POLICY`."
+        ),
+    )
+    placement = serializers.ChoiceField(
+        choices=list(PLACEMENTS), required=False, help_text="Default: the live `CORRAL_PLACEMENT`."
+    )
+    preemption_overhead = serializers.CharField(
+        max_length=20,
+        required=False,
+        default=DEFAULT_OVERHEAD,
+        help_text="Seconds a preempted job loses each time it resumes (0 or more), or `helios`. Default: 0.",
+    )
+    nodes = serializers.IntegerField(
+        min_value=1, max_value=MAX_NODES, required=False, help_text="Default: the live cluster's nodes with GPUs."
+    )
+    gpus_per_node = serializers.IntegerField(
+        min_value=1,
+        max_value=MAX_GPUS_PER_NODE,
+        required=False,
+        help_text="Default: the most common GPU count of the live nodes.",
+    )
+    racks = serializers.IntegerField(
+        min_value=1,
+        max_value=MAX_NODES,
+        required=False,
+        help_text="At most `nodes`; used by topology placement. Default: the racks the live nodes name (else 1).",
+    )
+    since = serializers.DateTimeField(
+        required=False,
+        allow_null=True,
+        help_text="First submission replayed (inclusive): a date (midnight) or ISO 8601 date-time. Default: the first.",
+    )
+    until = serializers.DateTimeField(
+        required=False,
+        allow_null=True,
+        help_text="Only submissions before this (exclusive): a date or ISO 8601 date-time. Default: up to now.",
+    )
+
+    def validate_preemption_overhead(self, value: str) -> str:
+        return value.strip().lower()  # as the form: "Helios " is helios; whatif_create judges the rest
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        attrs.setdefault("policies", [self.context["live_policy"]])
+        attrs.setdefault("placement", self.context["live_placement"])
+        cluster: ClusterShape | None = self.context["cluster"]
+        missing = {}
+        for field in ("nodes", "gpus_per_node"):
+            if field in attrs:
+                continue
+            if cluster is None:
+                missing[field] = NO_LIVE_CLUSTER
+            else:
+                attrs[field] = getattr(cluster, field)
+        if missing:
+            raise serializers.ValidationError(missing)
+        if "racks" not in attrs:  # never more than the nodes asked for: a default must not be the fault
+            attrs["racks"] = min(cluster.racks, attrs["nodes"]) if cluster is not None else 1
+        return attrs
+
+
+class WhatIfDetailQuery(serializers.Serializer[dict[str, Any]]):
+    figures = serializers.BooleanField(required=False, default=False)
+
+
+# --- a run and its results -----------------------------------------------------------------------------------------
+class TimesShownSerializer(serializers.Serializer[dict[str, Any]]):
+    avg_jct = serializers.CharField()
+    median_jct = serializers.CharField()
+    p95_jct = serializers.CharField()
+    avg_queue = serializers.CharField()
+
+
+class PolicyShownSerializer(TimesShownSerializer):
+    """One policy's row of the run page's table, formatted as the page shows it ("90.0 min", "1.00x", "75%")."""
+
+    ratio = serializers.CharField(help_text="Average JCT over the live policy's; `-` when it was not replayed.")
+    utilization = serializers.CharField()
+    preemptions = serializers.CharField()
+    fairness = serializers.CharField()
+
+
+class PolicyResultSerializer(serializers.Serializer[dict[str, Any]]):
+    """One policy's replay, as ``corral simulate --json`` summarises it plus what the page adds. Times in seconds."""
+
+    policy = serializers.CharField()
+    live = serializers.BooleanField(help_text="The policy the cluster ran when the run was asked for.")
+    clairvoyant = serializers.BooleanField(help_text="An oracle: it knows every job's duration and cannot run live.")
+    jobs = serializers.IntegerField(help_text="Jobs replayed.")
+    skipped = serializers.IntegerField(help_text="Jobs left out: they need more GPUs than the replayed cluster has.")
+    avg_jct = serializers.FloatField(help_text="Average job completion time (finish - submit), seconds.")
+    median_jct = serializers.FloatField()
+    p95_jct = serializers.FloatField()
+    p99_jct = serializers.FloatField()
+    avg_queue = serializers.FloatField(help_text="Average time without GPUs, waits after a preemption included.")
+    makespan = serializers.FloatField(help_text="First submission to last finish, seconds.")
+    utilization = serializers.FloatField(help_text="Time-averaged share (0 to 1) of the cluster's GPUs busy.")
+    preemptions = serializers.IntegerField()
+    fairness = serializers.FloatField(help_text="Jain's index over the mean slowdown of `fairness_over`; 1 = alike.")
+    fairness_over = serializers.CharField(help_text="tenants, users or jobs.")
+    shown = PolicyShownSerializer()
+
+
+class ObservedSerializer(serializers.Serializer[dict[str, Any]]):
+    """What really happened to the replayed jobs on the live cluster, from the history. Times in seconds."""
+
+    jobs = serializers.IntegerField()
+    avg_jct = serializers.FloatField()
+    median_jct = serializers.FloatField()
+    p95_jct = serializers.FloatField()
+    avg_queue = serializers.FloatField()
+    shown = TimesShownSerializer()
+
+
+class WhatIfResultsSerializer(serializers.Serializer[dict[str, Any]]):
+    skipped = serializers.IntegerField(help_text="Jobs left out: they need more GPUs than the replayed cluster has.")
+    policies = PolicyResultSerializer(many=True, help_text="In the order asked for.")
+    observed = ObservedSerializer(allow_null=True)
+    figures = serializers.ListField(
+        child=serializers.DictField(),
+        allow_null=True,
+        help_text="The page's four plotly figures (JCT CDF, jobs waiting, GPU utilization, JCT per tenant) with "
+        "every policy's traces, only with `?figures=1` (they are most of a run's size); null otherwise.",
+    )
+
+
+class WhatIfRunSerializer(serializers.ModelSerializer[WhatIfRun]):
+    """A what-if run: what was asked, by whom, where it is, and once done what it found."""
+
+    # The context says whether to include the results ("results", default true: the list leaves them out) and the
+    # charts ("figures", default false). One shape for list and detail: two would collide on the `state` enum's name.
+
+    url = serializers.HyperlinkedIdentityField(view_name="api-whatif-detail")
+    requested_by = serializers.CharField(source="requested_by.username", read_only=True)
+    policies = serializers.ListField(child=serializers.CharField(), read_only=True)
+    results = serializers.SerializerMethodField(help_text="Null until the run is done, and in the list.")
+
+    class Meta:
+        model = WhatIfRun
+        fields = [
+            "id",
+            "url",
+            "state",
+            "requested_by",
+            "created_at",
+            "started_at",
+            "finished_at",
+            "since",
+            "until",
+            "policies",
+            "live_policy",
+            "placement",
+            "preemption_overhead",
+            "nodes",
+            "gpus_per_node",
+            "racks",
+            "jobs",
+            "error",
+            "results",
+        ]
+        read_only_fields = fields
+        extra_kwargs = {"error": {"help_text": "Why a failed run failed, in one sentence; empty otherwise."}}
+
+    @extend_schema_field(WhatIfResultsSerializer(allow_null=True))
+    def get_results(self, run: WhatIfRun) -> dict[str, Any] | None:
+        if run.state != WhatIfState.DONE or not self.context.get("results", True):
+            return None
+        stored: dict[str, Any] = run.results
+        records: list[dict[str, Any]] = stored.get("policies", [])
+        rows = table_rows(records, live_policy=run.live_policy)
+        policies = []
+        for record, row in zip(records, rows, strict=True):
+            shown = asdict(row)
+            policies.append({**record, "live": shown.pop("live"), "shown": shown})
+        observed: dict[str, Any] = stored.get("observed") or {}
+        observed_shown = observed_row(observed)
+        results = {
+            "skipped": stored.get("skipped", 0),
+            "policies": policies,
+            "observed": None if observed_shown is None else {**observed, "shown": observed_shown},
+            "figures": stored.get("figures", []) if self.context.get("figures") else None,
+        }
+        return dict(WhatIfResultsSerializer(results).data)
