@@ -62,6 +62,8 @@ class StartEstimate:
     brief: str = ""  # for lists: "Starts in about 2h 10m." when a time is known, else nothing
 
 
+#: Forecast periods after which an estimate says how old it is (the beat or the workers may be down).
+STALE_FORECASTS = 4
 #: What every estimate assumes, shown next to it: the forecast knows nothing of jobs not yet submitted.
 START_ESTIMATE_BASIS = (
     "An estimate: it assumes no other jobs are submitted and that running jobs end at their time limit or when "
@@ -79,7 +81,11 @@ def job_start_estimate(*, job: Job, now: datetime) -> StartEstimate | None:
         return StartEstimate("", None, f"Working out when it should start (every {every}).")
     outlook, at = forecast
     if outlook == StartOutlook.ESTIMATED and at is not None:
-        return StartEstimate(outlook, at, *_start_in_words(at, now))
+        text, brief = _start_in_words(at, now)
+        age = (now - job.forecast_at).total_seconds() if job.forecast_at is not None else 0.0
+        if age > STALE_FORECASTS * settings.CORRAL_FORECAST_EVERY:  # no forecast ran since: say how old this one is
+            text += f" Forecast made {format_duration(round(age / 60) * 60)} ago."
+        return StartEstimate(outlook, at, text, brief)
     texts: dict[str, str] = {
         StartOutlook.UNKNOWN_END: (
             "No start time yet: the GPUs it waits for are held by jobs that have no time limit and no similar "

@@ -12,6 +12,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from portal.jobs.models import Job
+from portal.jobs.selectors import job_start_estimate
 from portal.jobs.services import job_submit
 from scheduling.core.model import FinishedJob, JobState, JobView
 from scheduling.core.predict import DurationPredictor
@@ -163,3 +164,16 @@ def test_a_job_that_fits_now_is_due_at_the_next_round(world: World) -> None:
     client.force_login(world.alice)
     assert "Should start at the next scheduling round." in client.get(f"/jobs/{waiting.pk}/").content.decode()
     assert "Starts at the next round." in client.get("/jobs/").content.decode()
+
+
+def test_an_estimate_no_forecast_has_renewed_says_how_old_it_is(world: World) -> None:
+    _fill_cluster(world, limits=(7200, 7200))
+    waiting = job_submit(user=world.alice, command="c", gpus=2)
+    Job.objects.filter(pk=waiting.pk).update(queued_at=timezone.now() - timedelta(hours=1))
+    start_forecast_refresh(now=timezone.now() - timedelta(minutes=10))  # the workers stopped 10 min ago
+    waiting.refresh_from_db()
+    estimate = job_start_estimate(job=waiting, now=timezone.now())
+    assert estimate is not None and estimate.text.endswith("Forecast made 10m ago.")
+    start_forecast_refresh()
+    waiting.refresh_from_db()
+    assert "Forecast made" not in job_start_estimate(job=waiting, now=timezone.now()).text  # type: ignore[union-attr]
