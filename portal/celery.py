@@ -30,7 +30,7 @@ def _periodic_tasks(sender: Celery, **_: object) -> None:
     # its own slower cadence; each run replaces the last, so it expires after one period.
     forecast = settings.CORRAL_FORECAST_EVERY
     sender.add_periodic_task(
-        forecast, _task("scheduling.live.tasks.forecast_starts"), expires=forecast, name="forecast-starts"
+        forecast, _task("scheduling.live.tasks.refresh_start_forecasts"), expires=forecast, name="forecast-starts"
     )
     # Telemetry rollups: each run rebuilds the last few 1-minute buckets and the current hour (idempotent upserts);
     # expires after one period so a stalled worker never queues a backlog of identical runs.

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from django.conf import settings
-from django.db import transaction
 from django.utils import timezone
 
 from portal.jobs.models import Job
@@ -97,8 +96,7 @@ def start_forecast_refresh(*, now: datetime | None = None) -> ForecastResult:
     for job_id, forecast in forecasts.items():
         at = None if forecast.at is None else datetime.fromtimestamp(forecast.at, tz=UTC)
         jobs.append(Job(pk=job_id, start_outlook=forecast.outlook.value, expected_start_at=at, forecast_at=began))
-    with transaction.atomic():
-        Job.objects.bulk_update(jobs, ["start_outlook", "expected_start_at", "forecast_at"], batch_size=_BATCH)
+    Job.objects.bulk_update(jobs, ["start_outlook", "expected_start_at", "forecast_at"], batch_size=_BATCH)  # atomic
     estimated = sum(1 for f in forecasts.values() if f.outlook == StartOutlook.ESTIMATED)
     duration_ms = (time.perf_counter() - clock) * 1000
     return ForecastResult(pending=len(forecasts), estimated=estimated, duration_ms=duration_ms)

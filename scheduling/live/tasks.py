@@ -35,7 +35,7 @@ def sweep_nodes() -> list[str]:
 
 
 @shared_task(autoretry_for=(OperationalError,), retry_backoff=True, max_retries=3, ignore_result=True)
-def forecast_starts() -> dict[str, float]:
+def refresh_start_forecasts() -> dict[str, float]:
     """Refresh every pending job's expected start. Each run replaces the last one's answers."""
     result = start_forecast_refresh()
     return {"pending": result.pending, "estimated": result.estimated, "duration_ms": result.duration_ms}

@@ -19,7 +19,7 @@ from scheduling.core.predict import DurationPredictor
 from scheduling.live.forecast import remaining_run_time, start_forecast_refresh
 from scheduling.live.history import forget_policies
 from scheduling.live.round import scheduling_round
-from scheduling.live.tasks import forecast_starts
+from scheduling.live.tasks import refresh_start_forecasts
 from tests.fixtures import World
 
 
@@ -62,7 +62,7 @@ def _finished(world: World, *, name: str, gpus: int, seconds: float, count: int 
 def test_a_waiting_job_is_expected_when_the_first_running_job_hits_its_limit(world: World) -> None:
     _, b = _fill_cluster(world, limits=(3600, 1800))
     waiting = job_submit(user=world.eve, command="c", gpus=4)
-    result = forecast_starts()
+    result = refresh_start_forecasts()
     assert result["pending"] == 1 and result["estimated"] == 1
     waiting.refresh_from_db()
     assert waiting.start_outlook == "estimated"
