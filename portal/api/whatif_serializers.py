@@ -1,10 +1,11 @@
 """Shapes of the what-if API (``/api/v1/whatif/``): what a script asks for, and a run with what it found.
 
 The request serializer checks types and ranges and fills in what the browser form pre-fills (the live policy,
-placement and cluster shape, handed in through the context by the view); ``whatif_create`` checks the rest (policy
-names, the overhead, racks against nodes, the window) and its refusals land on the field they name. The results are
-the run's stored JSON as numbers (seconds, shares), each with ``shown``: the same row formatted as the run's page
-shows it (``scheduling.whatif.results.table_rows`` and ``observed_row``).
+placement and cluster, handed in through the context by the view); ``whatif_create`` checks the rest (policy names,
+the overhead, racks against nodes, the window, a live cluster with no node) and its refusals land on the field they
+name. A run says what it replayed on (``cluster``, ``layout``, ``quotas`` and the page's ``cluster_text``). The
+results are the run's stored JSON as numbers (seconds, shares), each with ``shown``: the same row formatted as the
+run's page shows it (``scheduling.whatif.results.table_rows`` and ``observed_row``).
 """
 
 from __future__ import annotations
@@ -20,15 +21,25 @@ from scheduling.core.policies import POLICIES, QUOTA_SUFFIX
 from scheduling.whatif.models import WhatIfRun, WhatIfState
 from scheduling.whatif.results import observed_row, table_rows
 from scheduling.whatif.selectors import ClusterShape
-from scheduling.whatif.services import MAX_GPUS_PER_NODE, MAX_NODES
+from scheduling.whatif.services import MAX_GPUS_PER_NODE, MAX_NODES, ReplayCluster
+from scheduling.whatif.setup import cluster_text, is_live_copy
 
 #: The browser form's default overhead (and the model's): a preempted job resumes at no cost.
 DEFAULT_OVERHEAD = "0"
 NO_LIVE_CLUSTER = "No live node has GPUs now, so give the size of the cluster to replay on."
+LIVE_IS_AS_IT_IS = "Leave this out with `cluster` live: the live nodes are replayed as they are."
+#: The fields that size a uniform cluster; a request giving one of them and no ``cluster`` is uniform, as every
+#: request was before a run could copy the live nodes (scripts written then keep their meaning).
+UNIFORM_FIELDS = ("nodes", "gpus_per_node", "racks")
+CLUSTERS = [choice.value for choice in ReplayCluster]
+SKIPPED = (
+    "Jobs left out: they need more GPUs than the replayed cluster has, or than their tenant's or user's cap allows."
+)
 
 
 class WhatIfRequestSerializer(serializers.Serializer[dict[str, Any]]):
-    """A what-if run to queue. What is left out is the live cluster's, as the browser's form pre-fills it."""
+    """A what-if run to queue. What is left out is the live cluster's, with the tenants' quotas of now, as the
+    browser's form pre-fills it."""
 
     # The view hands those defaults in through the context: live_policy, live_placement, cluster (or None).
 
@@ -50,20 +61,40 @@ class WhatIfRequestSerializer(serializers.Serializer[dict[str, Any]]):
         default=DEFAULT_OVERHEAD,
         help_text="Seconds a preempted job loses each time it resumes (0 or more), or `helios`. Default: 0.",
     )
+    cluster = serializers.ChoiceField(
+        choices=CLUSTERS,
+        required=False,
+        help_text="`live`: a copy of the live nodes with GPUs, each with its own GPU count and rack. `uniform`: "
+        '`nodes` x `gpus_per_node` GPUs over `racks`, for "what if we had more". Default: `uniform` when the '
+        "request gives `nodes`, `gpus_per_node` or `racks`, else `live` (or, with no live node, a 400 asking for "
+        "the size).",
+    )
     nodes = serializers.IntegerField(
-        min_value=1, max_value=MAX_NODES, required=False, help_text="Default: the live cluster's nodes with GPUs."
+        min_value=1,
+        max_value=MAX_NODES,
+        required=False,
+        help_text="A uniform cluster's nodes (leave out with `live`). Default: the live cluster's nodes with GPUs.",
     )
     gpus_per_node = serializers.IntegerField(
         min_value=1,
         max_value=MAX_GPUS_PER_NODE,
         required=False,
-        help_text="Default: the most common GPU count of the live nodes.",
+        help_text="A uniform cluster's GPUs per node (leave out with `live`). Default: the most common GPU count of "
+        "the live nodes.",
     )
     racks = serializers.IntegerField(
         min_value=1,
         max_value=MAX_NODES,
         required=False,
-        help_text="At most `nodes`; used by topology placement. Default: the racks the live nodes name (else 1).",
+        help_text="A uniform cluster's racks (leave out with `live`): at most `nodes`; used by topology placement. "
+        "Default: the racks the live nodes name (else 1).",
+    )
+    apply_quotas = serializers.BooleanField(
+        required=False,
+        default=True,
+        help_text="Replay with the tenants' quotas as they are now: caps hold jobs back (a job larger than its "
+        "tenant's or user's cap is left out) and `+quota` policies lend and reclaim guarantees. False replays with "
+        "no limits. Default: true.",
     )
     since = serializers.DateTimeField(
         required=False,
@@ -82,19 +113,31 @@ class WhatIfRequestSerializer(serializers.Serializer[dict[str, Any]]):
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         attrs.setdefault("policies", [self.context["live_policy"]])
         attrs.setdefault("placement", self.context["live_placement"])
-        cluster: ClusterShape | None = self.context["cluster"]
+        shape: ClusterShape | None = self.context["cluster"]
+        sized = [field for field in UNIFORM_FIELDS if field in attrs]
+        if "cluster" in attrs:
+            attrs["cluster"] = ReplayCluster(attrs["cluster"])
+        else:
+            live = shape is not None and not sized
+            attrs["cluster"] = ReplayCluster.LIVE if live else ReplayCluster.UNIFORM
+        if attrs["cluster"] == ReplayCluster.LIVE:
+            # Sizes would be ignored, and a script that sent them meant something else: say so. With no live node,
+            # whatif_create refuses on `cluster`.
+            if sized:
+                raise serializers.ValidationError({field: [LIVE_IS_AS_IT_IS] for field in sized})
+            return attrs
         missing = {}
         for field in ("nodes", "gpus_per_node"):
             if field in attrs:
                 continue
-            if cluster is None:
+            if shape is None:
                 missing[field] = NO_LIVE_CLUSTER
             else:
-                attrs[field] = getattr(cluster, field)
+                attrs[field] = getattr(shape, field)
         if missing:
             raise serializers.ValidationError(missing)
         if "racks" not in attrs:  # never more than the nodes asked for: a default must not be the fault
-            attrs["racks"] = min(cluster.racks, attrs["nodes"]) if cluster is not None else 1
+            attrs["racks"] = min(shape.racks, attrs["nodes"]) if shape is not None else 1
         return attrs
 
 
@@ -126,7 +169,7 @@ class PolicyResultSerializer(serializers.Serializer[dict[str, Any]]):
     live = serializers.BooleanField(help_text="The policy the cluster ran when the run was asked for.")
     clairvoyant = serializers.BooleanField(help_text="An oracle: it knows every job's duration and cannot run live.")
     jobs = serializers.IntegerField(help_text="Jobs replayed.")
-    skipped = serializers.IntegerField(help_text="Jobs left out: they need more GPUs than the replayed cluster has.")
+    skipped = serializers.IntegerField(help_text=SKIPPED)
     avg_jct = serializers.FloatField(help_text="Average job completion time (finish - submit), seconds.")
     median_jct = serializers.FloatField()
     p95_jct = serializers.FloatField()
@@ -152,7 +195,7 @@ class ObservedSerializer(serializers.Serializer[dict[str, Any]]):
 
 
 class WhatIfResultsSerializer(serializers.Serializer[dict[str, Any]]):
-    skipped = serializers.IntegerField(help_text="Jobs left out: they need more GPUs than the replayed cluster has.")
+    skipped = serializers.IntegerField(help_text=SKIPPED)
     policies = PolicyResultSerializer(many=True, help_text="In the order asked for.")
     observed = ObservedSerializer(allow_null=True)
     figures = serializers.ListField(
@@ -161,6 +204,21 @@ class WhatIfResultsSerializer(serializers.Serializer[dict[str, Any]]):
         help_text="The page's four plotly figures (JCT CDF, jobs waiting, GPU utilization, JCT per tenant) with "
         "every policy's traces, only with `?figures=1` (they are most of a run's size); null otherwise.",
     )
+
+
+class ReplayedNodeSerializer(serializers.Serializer[dict[str, Any]]):
+    """One node of a live copy, as it was when the run was asked for."""
+
+    gpus = serializers.IntegerField(help_text="Its GPUs present then.")
+    rack = serializers.CharField(help_text="The rack it names; empty when none.")
+
+
+class TenantQuotaSerializer(serializers.Serializer[dict[str, Any]]):
+    """One tenant's quota as the run applied it, copied when the run was asked for."""
+
+    gpu_cap = serializers.IntegerField(allow_null=True, help_text="The most GPUs its jobs hold at once; null: none.")
+    guaranteed_gpus = serializers.IntegerField(help_text="The GPUs it can always reclaim (`+quota` policies).")
+    user_cap = serializers.IntegerField(allow_null=True, help_text="The most GPUs each member may hold; null: none.")
 
 
 class WhatIfRunSerializer(serializers.ModelSerializer[WhatIfRun]):
@@ -172,6 +230,21 @@ class WhatIfRunSerializer(serializers.ModelSerializer[WhatIfRun]):
     url = serializers.HyperlinkedIdentityField(view_name="api-whatif-detail")
     requested_by = serializers.CharField(source="requested_by.username", read_only=True)
     policies = serializers.ListField(child=serializers.CharField(), read_only=True)
+    cluster = serializers.SerializerMethodField(
+        help_text="`live`: a copy of the live nodes (`layout`); `uniform`: `nodes` x `gpus_per_node` over `racks`."
+    )
+    layout = serializers.SerializerMethodField(help_text="The nodes replayed, with `live`; empty with `uniform`.")
+    quotas = serializers.DictField(
+        child=TenantQuotaSerializer(),
+        read_only=True,
+        allow_null=True,
+        help_text="Every tenant's quota applied, by slug, as it was when the run was asked for; null: none applied "
+        "(no limits).",
+    )
+    cluster_text = serializers.SerializerMethodField(
+        help_text='What the run replayed on, as its page says it: "Live nodes: 3 nodes, 20 GPUs (2 × 8 + 1 × 4), '
+        '2 racks" or "Uniform: 2 × 4 GPUs, 1 rack".'
+    )
     results = serializers.SerializerMethodField(help_text="Null until the run is done, and in the list.")
 
     class Meta:
@@ -190,15 +263,35 @@ class WhatIfRunSerializer(serializers.ModelSerializer[WhatIfRun]):
             "live_policy",
             "placement",
             "preemption_overhead",
+            "cluster",
+            "cluster_text",
             "nodes",
             "gpus_per_node",
             "racks",
+            "layout",
+            "quotas",
             "jobs",
             "error",
             "results",
         ]
         read_only_fields = fields
-        extra_kwargs = {"error": {"help_text": "Why a failed run failed, in one sentence; empty otherwise."}}
+        extra_kwargs = {
+            "error": {"help_text": "Why a failed run failed, in one sentence; empty otherwise."},
+            "nodes": {"help_text": "The nodes replayed (with `live`, the layout's count)."},
+            "gpus_per_node": {"help_text": "GPUs of each node (with `live`, of the largest)."},
+            "racks": {"help_text": "The racks the nodes are spread over (with `live`, the layout's distinct racks)."},
+        }
+
+    @extend_schema_field(serializers.ChoiceField(choices=CLUSTERS))
+    def get_cluster(self, run: WhatIfRun) -> str:
+        return (ReplayCluster.LIVE if is_live_copy(run) else ReplayCluster.UNIFORM).value
+
+    @extend_schema_field(ReplayedNodeSerializer(many=True))
+    def get_layout(self, run: WhatIfRun) -> list[dict[str, Any]]:
+        return [{"gpus": int(gpus), "rack": str(rack)} for gpus, rack in run.layout]
+
+    def get_cluster_text(self, run: WhatIfRun) -> str:
+        return cluster_text(run)
 
     @extend_schema_field(WhatIfResultsSerializer(allow_null=True))
     def get_results(self, run: WhatIfRun) -> dict[str, Any] | None:

@@ -51,7 +51,9 @@ class WhatIfViewSet(viewsets.GenericViewSet[WhatIfRun]):
     )
     def create(self, request: Request) -> Response:
         """Queue a replay of the finished jobs submitted in the window under each policy; 201 with the queued run
-        (its `url` also in `Location`). Left out, the policies, placement and cluster are the live ones."""
+        (its `url` also in `Location`). Left out, the policies, placement and cluster are the live ones (a copy of
+        the live nodes), with the tenants' quotas of now; `nodes` or `gpus_per_node` alone ask for a uniform
+        cluster, as before `cluster` existed."""
         params = WhatIfRequestSerializer(
             data=request.data,
             context={

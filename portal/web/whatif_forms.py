@@ -1,7 +1,9 @@
-"""The what-if form: a window of history, the policies to replay it under, and the cluster to replay it on.
+"""The what-if form: a window of history, the policies to replay it under, the cluster to replay it on (a copy of
+the live nodes, or a uniform cluster of a size to try) and whether the tenants' quotas of today apply.
 
 It checks shapes and turns dates into the window's datetimes; ``whatif_create`` checks the rest (whether the
-window holds any finished job) and its refusals land on the field they name.
+window holds any finished job, whether a live node is still there) and its refusals land on the field they name.
+Its cleaned data is ``whatif_create``'s keyword arguments, as they are.
 """
 
 from __future__ import annotations
@@ -15,9 +17,17 @@ from django.utils import timezone
 from scheduling.core.placement import PLACEMENTS
 from scheduling.core.policies import POLICIES, QUOTA_SUFFIX
 from scheduling.whatif.selectors import ClusterShape
-from scheduling.whatif.services import MAX_GPUS_PER_NODE, MAX_NODES, OVERHEAD_RULE, parse_overhead
+from scheduling.whatif.services import MAX_GPUS_PER_NODE, MAX_NODES, OVERHEAD_RULE, ReplayCluster, parse_overhead
+from scheduling.whatif.setup import layout_text
 
 WHOLE = {"invalid": "Enter a whole number.", "min_value": "Enter a whole number of at least %(limit_value)s."}
+UNIFORM_LABEL = "A uniform cluster of the size below (what if we had more, or fewer)"
+#: The fields only a uniform cluster reads; the page shows them under its choice.
+UNIFORM_FIELDS = ("nodes", "gpus_per_node", "racks")
+UNIFORM_MISSING = {
+    "nodes": "Give the number of nodes for a uniform cluster.",
+    "gpus_per_node": "Give the GPUs per node for a uniform cluster.",
+}
 
 
 def _date_input() -> forms.DateInput:
@@ -41,11 +51,27 @@ class WhatIfForm(forms.Form):
         label="Preemption overhead",
         help_text="Seconds a preempted job loses each time it resumes, or helios (7 s / 30 s / 60 s by size).",
     )
-    nodes = forms.IntegerField(min_value=1, max_value=MAX_NODES, error_messages=WHOLE)
-    gpus_per_node = forms.IntegerField(
-        min_value=1, max_value=MAX_GPUS_PER_NODE, label="GPUs per node", error_messages=WHOLE
+    cluster = forms.TypedChoiceField(
+        coerce=ReplayCluster,
+        widget=forms.RadioSelect,
+        label="Replay on",
+        error_messages={"required": "Choose a cluster."},
     )
-    racks = forms.IntegerField(min_value=1, initial=1, error_messages=WHOLE, help_text="Used by topology placement.")
+    # Not required by themselves: a live copy ignores them, so clean() asks for them only for a uniform cluster.
+    nodes = forms.IntegerField(required=False, min_value=1, max_value=MAX_NODES, error_messages=WHOLE)
+    gpus_per_node = forms.IntegerField(
+        required=False, min_value=1, max_value=MAX_GPUS_PER_NODE, label="GPUs per node", error_messages=WHOLE
+    )
+    racks = forms.IntegerField(
+        required=False, min_value=1, initial=1, error_messages=WHOLE, help_text="Used by topology placement."
+    )
+    apply_quotas = forms.BooleanField(
+        required=False,
+        initial=True,
+        label="Apply the tenants' quotas as they are now",
+        help_text="Tenant and per-user GPU caps hold jobs back as they do live, and +quota policies lend idle "
+        "guarantees and reclaim them. Untick to replay with no limits: every tenant may use the whole cluster.",
+    )
 
     def __init__(
         self, *args: Any, live_policy: str, live_placement: str, cluster: ClusterShape | None, **kwargs: Any
@@ -59,15 +85,46 @@ class WhatIfForm(forms.Form):
         field.choices = [(name, _policy_label(name, live=name == live_policy)) for name in names]
         field.initial = [live_policy]
         self.fields["placement"].initial = live_placement
+        self._offer_clusters(cluster)
         if cluster is not None:
             self.fields["nodes"].initial = cluster.nodes
             self.fields["gpus_per_node"].initial = cluster.gpus_per_node
             self.fields["racks"].initial = cluster.racks
         self.fields["nodes"].help_text = (
-            "A uniform cluster, filled in with the live one's shape: the nodes not down, the most common GPU count."
+            "Filled in with the live cluster's shape: the nodes not down, the most common GPU count."
             if cluster is not None
-            else "A uniform cluster. No live node has GPUs now, so say what to replay on."
+            else "No live node has GPUs now, so say what to replay on."
         )
+
+    @property
+    def uniform_fields(self) -> tuple[str, ...]:
+        """For the template, which shows these under the uniform choice rather than in the list of fields."""
+        return UNIFORM_FIELDS
+
+    @property
+    def uniform_bound_fields(self) -> list[forms.BoundField]:
+        """The same, bound, for the template to render in place."""
+        return [self[name] for name in UNIFORM_FIELDS]
+
+    def _offer_clusters(self, cluster: ClusterShape | None) -> None:
+        """The live copy, described as it is now, and the uniform cluster; only the latter when no live node has
+        GPUs, so that choice cannot be made (a node going down after the page loaded is refused by the service)."""
+        field = self.fields["cluster"]
+        assert isinstance(field, forms.TypedChoiceField)  # declared above; each form has its own copy
+        uniform = (ReplayCluster.UNIFORM.value, UNIFORM_LABEL)
+        if cluster is None:
+            field.choices = [uniform]
+            field.initial = ReplayCluster.UNIFORM.value
+            field.help_text = "No live node has GPUs now (all down, or none registered): only a uniform cluster."
+            field.error_messages["invalid_choice"] = "No live node has GPUs now: choose a uniform cluster."
+            return
+        field.choices = [
+            (ReplayCluster.LIVE.value, f"The live cluster as it is now: {layout_text(cluster.layout)}"),
+            uniform,
+        ]
+        field.initial = ReplayCluster.LIVE.value
+        field.help_text = "The live copy keeps each node's own GPU count and rack, as the history ran on them."
+        field.error_messages["invalid_choice"] = "Choose the live cluster or a uniform one."
 
     def clean_since(self) -> datetime | None:
         return _start_of(self.cleaned_data["since"])
@@ -86,10 +143,20 @@ class WhatIfForm(forms.Form):
         since, until = data.get("since"), data.get("until")
         if since is not None and until is not None and until <= since:
             self.add_error("until", "Must be a later day than the start of the window.")
+        if data.get("racks") is None and not self.has_error("racks"):
+            data["racks"] = 1  # left empty: one rack, as the field's initial value says
+        if data.get("cluster") == ReplayCluster.UNIFORM:
+            self._clean_uniform(data)
+        return data
+
+    def _clean_uniform(self, data: dict[str, Any]) -> None:
+        """The size a uniform cluster needs; said next to the field left empty, unless it has an error already."""
+        for name, message in UNIFORM_MISSING.items():
+            if data.get(name) is None and not self.has_error(name):
+                self.add_error(name, message)
         nodes, racks = data.get("nodes"), data.get("racks")
         if nodes is not None and racks is not None and racks > nodes:
             self.add_error("racks", f"Cannot exceed the number of nodes ({nodes}).")
-        return data
 
 
 def _policy_label(name: str, *, live: bool) -> str:

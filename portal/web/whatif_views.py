@@ -6,6 +6,7 @@ only validate and call ``scheduling.whatif``; the replay runs in a worker and th
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from django.conf import settings
@@ -20,9 +21,21 @@ from scheduling.whatif.models import WhatIfRun, WhatIfState
 from scheduling.whatif.results import observed_row, table_rows
 from scheduling.whatif.selectors import whatif_get, whatif_list, whatif_live_cluster
 from scheduling.whatif.services import whatif_create
+from scheduling.whatif.setup import cluster_brief, cluster_text, quota_rows
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from portal.web.views import AuthenticatedHttpRequest
+
+
+@dataclass(frozen=True, slots=True)
+class RunRow:
+    """A past run in the list, with what it replayed on in words (the template only prints)."""
+
+    run: WhatIfRun
+    cluster: str
+    quotas: str
 
 
 def _require_staff(request: HttpRequest) -> None:
@@ -47,7 +60,13 @@ def whatif_list_view(request: AuthenticatedHttpRequest) -> HttpResponse:
             form.add_error(exc.field if exc.field in form.fields else None, exc.message[:1].upper() + exc.message[1:])
         else:
             return redirect("whatif-detail", run_id=run.pk)
-    return render(request, "whatif/whatif_list.html", {"form": form, "runs": whatif_list()})
+    return render(request, "whatif/whatif_list.html", {"form": form, "runs": _run_rows(whatif_list())})
+
+
+def _run_rows(runs: Iterable[WhatIfRun]) -> list[RunRow]:
+    return [
+        RunRow(run=run, cluster=cluster_brief(run), quotas="none" if run.quotas is None else "applied") for run in runs
+    ]
 
 
 @login_required
@@ -66,8 +85,13 @@ def whatif_detail_view(request: HttpRequest, run_id: int) -> HttpResponse:
 def _run_context(run: WhatIfRun) -> dict[str, object]:
     results = run.results if run.state == WhatIfState.DONE else {}
     records = results.get("policies", [])
+    quotas = quota_rows(run)
     return {
         "run": run,
+        "cluster_text": cluster_text(run),
+        "quotas": quotas,
+        # The table lists only the tenants with a limit; say so when it left some out.
+        "unlimited_tenants": quotas is not None and len(quotas) < len(run.quotas or {}),
         "rows": table_rows(records, live_policy=run.live_policy),
         "live_replayed": any(r["policy"] == run.live_policy for r in records),
         "fairness_over": records[0]["fairness_over"] if records else "",

@@ -16,7 +16,7 @@ view and pays one ``None`` check per placement, so the simulator and a healthy c
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from scheduling.core.model import GpuSlot, NodeView
 
@@ -98,15 +98,20 @@ class FreePool:
     def uniform(cls, nodes: int, gpus_per_node: int, racks: int = 1) -> FreePool:
         """A homogeneous, wholly free cluster (the simulator's starting point). GPU ids are ``node * G + k``."""
         per_rack = max(1, -(-nodes // max(1, racks)))
-        return cls(
-            NodeView(
-                name=f"n{i}",
-                total_gpus=gpus_per_node,
-                free_gpus=tuple(range(i * gpus_per_node, (i + 1) * gpus_per_node)),
-                rack=f"r{i // per_rack}",
+        return cls.of_sizes([(gpus_per_node, f"r{i // per_rack}") for i in range(nodes)])
+
+    @classmethod
+    def of_sizes(cls, sizes: Sequence[tuple[int, str]]) -> FreePool:
+        """A wholly free cluster of nodes with ``(GPUs, rack)`` each, named ``n0``, ``n1``, ... in order. GPU ids
+        count on from node to node, so a uniform cluster's are ``node * G + k``."""
+        views = []
+        first = 0
+        for i, (gpus, rack) in enumerate(sizes):
+            views.append(
+                NodeView(name=f"n{i}", total_gpus=gpus, free_gpus=tuple(range(first, first + gpus)), rack=rack)
             )
-            for i in range(nodes)
-        )
+            first += gpus
+        return cls(views)
 
     @property
     def empty(self) -> bool:

@@ -12,8 +12,8 @@ from datetime import datetime
 
 from portal.jobs.models import Allocation, Job
 from portal.nodes.models import Gpu, GpuHealth, Node, NodeState
-from portal.tenants.models import Quota, Tenant
-from scheduling.core.model import GpuSlot, JobView, NodeView, Snapshot, TenantLimits
+from portal.tenants.selectors import tenant_limits
+from scheduling.core.model import GpuSlot, JobView, NodeView, Snapshot
 from scheduling.core.states import JobState
 
 
@@ -98,16 +98,8 @@ def build_snapshot(*, now: datetime) -> LiveSnapshot:
                 time_limit=float(j.time_limit) if j.time_limit is not None else None,
             )
         )
-    limits = {
-        slug: TenantLimits(gpu_cap=cap, guaranteed_gpus=guaranteed, user_cap=user_cap)
-        for slug, cap, guaranteed, user_cap in Quota.objects.values_list(
-            "tenant__slug", "gpu_limit", "guaranteed_gpus", "user_gpu_limit"
-        )
-    }
-    for slug in Tenant.objects.exclude(slug__in=limits).values_list("slug", flat=True):
-        limits[slug] = TenantLimits()
     return LiveSnapshot(
-        snapshot=Snapshot(nodes=node_views, jobs=tuple(job_views), tenants=limits),
+        snapshot=Snapshot(nodes=node_views, jobs=tuple(job_views), tenants=tenant_limits()),
         nodes_by_name={n.name: n for n in nodes},
         gpu_index=gpu_index,
     )

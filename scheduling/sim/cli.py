@@ -11,13 +11,15 @@ import sys
 from collections.abc import Sequence
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
 if TYPE_CHECKING:  # annotations only: the heavy modules are imported inside the command (see above)
+    from scheduling.core.model import TenantLimits
     from scheduling.core.preemption import PreemptionCost
     from scheduling.sim.report import Run
+    from scheduling.sim.simulator import Cluster
     from scheduling.sim.trace import TraceJob
 
 PROGRESS_MIN_JOBS = 5000  # below this a run takes about a second: no bar
@@ -43,8 +45,21 @@ def simulate_command(
         ),
     ],
     policy: Annotated[list[str], typer.Option("--policy", help="Policy name; repeat it, or 'all'.")],
-    nodes: Annotated[int, typer.Option("--nodes", min=1, help="Nodes in the simulated cluster.")],
-    gpus_per_node: Annotated[int, typer.Option("--gpus-per-node", min=1, help="GPUs per node.")],
+    nodes: Annotated[
+        int | None, typer.Option("--nodes", min=1, help="Nodes in a uniform simulated cluster (or use --setup).")
+    ] = None,
+    gpus_per_node: Annotated[int | None, typer.Option("--gpus-per-node", min=1, help="GPUs per node.")] = None,
+    setup: Annotated[
+        Path | None,
+        typer.Option(
+            "--setup",
+            help="JSON with the nodes and tenant quotas to replay with: a what-if run as GET /api/v1/whatif/<id>/ "
+            "returns it. --nodes/--gpus-per-node replace its cluster; its quotas still apply.",
+            exists=True,
+            dir_okay=False,
+            readable=True,
+        ),
+    ] = None,
     placement: Annotated[PlacementName, typer.Option("--placement", help="Where jobs go.")] = PlacementName.COUNT,
     racks: Annotated[int, typer.Option("--racks", min=1, help="Racks the nodes are spread over.")] = 1,
     preemption_overhead: Annotated[
@@ -68,7 +83,8 @@ def simulate_command(
     except (TraceError, OSError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
-    runs = _run_all(jobs, names, nodes, gpus_per_node, racks, placement.value, overhead)
+    cluster, tenants = _cluster_and_quotas(setup, nodes, gpus_per_node, racks)
+    runs = _run_all(jobs, names, cluster, tenants, placement.value, overhead)
     if as_json:
         typer.echo(json.dumps({"policies": {r.metrics.policy: r.metrics.summary() for r in runs}}, indent=2))
     else:
@@ -76,7 +92,7 @@ def simulate_command(
     if report is not None:
         from scheduling.sim.report import render_report
 
-        title = f"{trace.name} on {nodes} x {gpus_per_node} GPUs ({placement.value} placement)"
+        title = f"{trace.name} on {cluster.describe()} ({placement.value} placement)"
         report.write_text(render_report(runs, title=title), encoding="utf-8")
         typer.echo(f"report written to {report}", err=True)
 
@@ -92,12 +108,39 @@ def _policy_names(requested: list[str], known: list[str]) -> list[str]:
     return list(dict.fromkeys(requested))
 
 
+def _cluster_and_quotas(
+    setup: Path | None, nodes: int | None, gpus_per_node: int | None, racks: int
+) -> tuple[Cluster, dict[str, TenantLimits]]:
+    """The cluster from --nodes/--gpus-per-node/--racks, else from --setup; the quotas from --setup (none
+    without). A setup that cannot be read ends the command with one line and exit status 2."""
+    from scheduling.sim.setup import ReplaySetup, read_setup
+    from scheduling.sim.simulator import Cluster
+
+    loaded = ReplaySetup(cluster=None)
+    if setup is not None:
+        try:
+            loaded = read_setup(json.loads(setup.read_text(encoding="utf-8")))
+        except (OSError, UnicodeDecodeError, ValueError) as exc:  # SetupError and JSONDecodeError are ValueErrors
+            _refuse(f"{setup}: {exc}")
+    if nodes is not None or gpus_per_node is not None:
+        if nodes is None or gpus_per_node is None:
+            _refuse("give both --nodes and --gpus-per-node")
+        return Cluster(nodes, gpus_per_node, racks), loaded.tenants
+    if loaded.cluster is None:
+        _refuse("give --nodes and --gpus-per-node, or a --setup with a cluster")
+    return loaded.cluster, loaded.tenants
+
+
+def _refuse(message: str) -> NoReturn:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(2)
+
+
 def _run_all(
     jobs: Sequence[TraceJob],
     names: list[str],
-    nodes: int,
-    gpus_per_node: int,
-    racks: int,
+    cluster: Cluster,
+    tenants: dict[str, TenantLimits],
     placement: str,
     overhead: PreemptionCost,
 ) -> list[Run]:
@@ -105,14 +148,21 @@ def _run_all(
 
     from scheduling.sim.metrics import measure
     from scheduling.sim.report import Run
-    from scheduling.sim.simulator import Cluster, simulate
+    from scheduling.sim.simulator import simulate
 
-    cluster = Cluster(nodes, gpus_per_node, racks)
     runs = []
     for name in names:
         show = len(jobs) >= PROGRESS_MIN_JOBS
         with tqdm(total=len(jobs), desc=name, unit="job", disable=None if show else True, file=sys.stderr) as bar:
-            result = simulate(jobs, name, cluster=cluster, placement=placement, overhead=overhead, progress=bar.update)
+            result = simulate(
+                jobs,
+                name,
+                cluster=cluster,
+                placement=placement,
+                overhead=overhead,
+                tenants=tenants,
+                progress=bar.update,
+            )
         runs.append(Run(result, measure(result)))
     return runs
 
@@ -158,4 +208,6 @@ def _print_table(runs: Sequence[Run]) -> None:
     console.print(table)
     skipped = max((r.metrics.skipped for r in runs), default=0)
     if skipped:
-        Console(stderr=True).print(f"[yellow]{skipped} jobs can never run on this cluster and were skipped[/yellow]")
+        Console(stderr=True).print(
+            f"[yellow]{skipped} jobs can never run on this cluster (or under their quota) and were skipped[/yellow]"
+        )

@@ -15,8 +15,13 @@ class WhatIfState(models.TextChoices):
 
 
 class WhatIfRun(models.Model):
-    """One replay of the finished jobs submitted in ``[since, until)`` under each of ``policies`` on a uniform
-    cluster of ``nodes`` x ``gpus_per_node`` GPUs.
+    """One replay of the finished jobs submitted in ``[since, until)`` under each of ``policies``, on a copy of the
+    live cluster's nodes (``layout``) or a uniform cluster of ``nodes`` x ``gpus_per_node`` GPUs, with the tenants'
+    quotas of the day (``quotas``) or none.
+
+    The layout and quotas are copied when the run is asked for, so a run replays what its page says it did even
+    after nodes or quotas change. With a layout, ``nodes``, ``gpus_per_node`` and ``racks`` are the layout's count,
+    largest node and racks named.
 
     ``queued`` until a worker takes it (``running``), then ``done`` with ``results`` or ``failed`` with a one-sentence
     ``error`` meant for the page. ``live_policy`` is ``CORRAL_POLICY`` when the run was asked for, so the page keeps
@@ -38,6 +43,18 @@ class WhatIfRun(models.Model):
     nodes = models.PositiveIntegerField()
     gpus_per_node = models.PositiveIntegerField()
     racks = models.PositiveIntegerField(default=1)
+    layout = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="The nodes replayed as [GPUs, rack] pairs, copied from the live cluster when the run was asked "
+        "for; empty: a uniform cluster of nodes x gpus_per_node.",
+    )
+    quotas = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="The tenant quotas applied, {slug: {gpu_cap, guaranteed_gpus, user_cap}}, copied when the run was "
+        "asked for; null: none applied.",
+    )
 
     state = models.CharField(max_length=16, choices=WhatIfState.choices, default=WhatIfState.QUEUED)
     jobs = models.PositiveIntegerField(default=0, help_text="Finished jobs replayed.")

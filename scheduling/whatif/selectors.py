@@ -24,20 +24,32 @@ def whatif_get(*, run_id: int) -> WhatIfRun | None:
 
 @dataclass(frozen=True, slots=True)
 class ClusterShape:
+    """The live cluster as a replay sees it: its nodes as (GPUs, rack) pairs, and the uniform cluster nearest to
+    it (for the form's uniform fields: the most common GPU count, ties to the larger, and the racks named)."""
+
+    layout: tuple[tuple[int, str], ...]
     nodes: int
     gpus_per_node: int
     racks: int
 
+    @property
+    def total_gpus(self) -> int:
+        return sum(gpus for gpus, _ in self.layout)
+
+    @property
+    def mixed(self) -> bool:
+        return len({gpus for gpus, _ in self.layout}) > 1
+
 
 def whatif_live_cluster() -> ClusterShape | None:
-    """The live cluster as the uniform cluster a replay needs: the nodes that are not down and have GPUs, the most
-    common GPU count among them (ties: the larger), and the racks they name (at least 1). None when no such node
-    exists. The simulator's nodes are all alike, so a mixed cluster is only approximated; the form lets the admin
-    change it."""
+    """The nodes that are not down and have GPUs present, by name, with their GPU count and rack (one query); None
+    when there is no such node. Draining nodes count: they are part of the cluster the history ran on. GPUs that
+    are unhealthy now count too, for the same reason."""
     rows = list(
         Node.objects.exclude(state=NodeState.DOWN)
         .annotate(gpu_count=Count("gpus", filter=Q(gpus__present=True)))
         .filter(gpu_count__gt=0)
+        .order_by("name")
         .values_list("gpu_count", "rack")
     )
     if not rows:
@@ -45,7 +57,12 @@ def whatif_live_cluster() -> ClusterShape | None:
     counts = Counter(gpus for gpus, _ in rows)
     gpus_per_node = max(counts, key=lambda g: (counts[g], g))
     racks = len({rack for _, rack in rows if rack}) or 1
-    return ClusterShape(nodes=len(rows), gpus_per_node=gpus_per_node, racks=min(racks, len(rows)))
+    return ClusterShape(
+        layout=tuple((gpus, rack) for gpus, rack in rows),
+        nodes=len(rows),
+        gpus_per_node=gpus_per_node,
+        racks=min(racks, len(rows)),
+    )
 
 
 def whatif_window_has_jobs(*, since: datetime | None, until: datetime | None) -> bool:

@@ -1,8 +1,9 @@
 """Services of what-if runs: ask for one (``whatif_create``) and carry it out (``whatif_execute``, from a task).
 
 The replay is ``corral history`` piped into ``corral simulate``, done in a worker: the finished jobs of the window
-from ``job_history_trace``, each policy through ``scheduling.sim.simulate`` on a uniform cluster, and what the page
-needs of the results kept on the row (``scheduling.whatif.results``).
+from ``job_history_trace``, each policy through ``scheduling.sim.simulate`` on the live cluster's nodes (or a
+uniform cluster) with the tenants' quotas (or none), and what the page needs of the results kept on the row
+(``scheduling.whatif.results``). The nodes and quotas are copied onto the row when the run is asked for.
 """
 
 from __future__ import annotations
@@ -10,7 +11,9 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Sequence
+from dataclasses import asdict
 from datetime import datetime, timedelta
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
@@ -19,16 +22,19 @@ from django.utils import timezone
 
 from portal.errors import NotAllowed, ServiceError, ValidationFailed
 from portal.jobs.selectors import job_history_trace
+from portal.tenants.selectors import tenant_limits
+from scheduling.core.model import TenantLimits
 from scheduling.core.placement import PLACEMENTS
 from scheduling.core.policies import POLICIES, QUOTA_SUFFIX
 from scheduling.core.preemption import PreemptionCost
 from scheduling.sim.metrics import measure
 from scheduling.sim.report import Figure, Run
-from scheduling.sim.simulator import Cluster, simulate
+from scheduling.sim.setup import SetupError, read_setup
+from scheduling.sim.simulator import Cluster, can_ever_run, simulate
 from scheduling.sim.trace import TraceError
 from scheduling.whatif.models import WhatIfRun, WhatIfState
 from scheduling.whatif.results import merge_figures, observed, policy_figures, policy_record
-from scheduling.whatif.selectors import whatif_window_has_jobs
+from scheduling.whatif.selectors import whatif_live_cluster, whatif_window_has_jobs
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -40,6 +46,8 @@ log = logging.getLogger(__name__)
 MAX_NODES = 10_000
 MAX_GPUS_PER_NODE = 64
 NO_JOBS = "no finished jobs were submitted in this window"
+NO_LIVE_NODES = "no live node has GPUs now; choose a uniform cluster and give its size"
+UNIFORM_SIZE = "give the uniform cluster's size"
 OVERHEAD_RULE = "enter a number of seconds (0 or more) or helios"
 UNEXPECTED = "The replay stopped on an unexpected error; the worker's log has the details."
 #: A queued run nobody took for this long lost its message (the broker was down when it was asked for): send it
@@ -55,29 +63,55 @@ class WhatIfProblem(Exception):
     """An expected reason a replay cannot be done, worded for the page."""
 
 
+class ReplayCluster(StrEnum):
+    """What a run replays on."""
+
+    LIVE = "live"  # a copy of the live nodes, each with its own GPU count and rack
+    UNIFORM = "uniform"  # nodes x gpus_per_node, spread over racks: "what if we had more"
+
+
 def whatif_create(
     *,
     user: User,
     policies: Sequence[str],
     placement: str,
     preemption_overhead: str,
-    nodes: int,
-    gpus_per_node: int,
+    cluster: ReplayCluster = ReplayCluster.UNIFORM,
+    nodes: int | None = None,
+    gpus_per_node: int | None = None,
     racks: int = 1,
+    apply_quotas: bool = False,
     since: datetime | None = None,
     until: datetime | None = None,
 ) -> WhatIfRun:
     """Store a queued what-if run for ``user`` (staff only) and have a worker replay it.
 
+    ``cluster=live`` copies the live nodes onto the run (``nodes``, ``gpus_per_node`` and ``racks`` are then
+    ignored); ``uniform`` needs ``nodes`` and ``gpus_per_node``. ``apply_quotas`` copies every tenant's quota of
+    now onto the run, so caps hold jobs back and ``+quota`` policies lend and reclaim guarantees as live.
+
     Refuses (``ValidationFailed``, field-scoped) unknown policies or placement, an overhead that is neither a number
-    of seconds >= 0 nor ``helios``, a cluster out of bounds, ``until`` not after ``since``, and a window in which no
-    finished job was submitted; ``NotAllowed`` for a user who is not staff (the replay reads every tenant's jobs).
-    Side effect: ``whatif_run`` is queued once the run is committed (``robust``: a broker that is briefly down
-    leaves the run queued, not the request failed).
+    of seconds >= 0 nor ``helios``, a live cluster with no node, a uniform one out of bounds, ``until`` not after
+    ``since``, and a window in which no finished job was submitted; ``NotAllowed`` for a user who is not staff (the
+    replay reads every tenant's jobs). Side effect: ``whatif_run`` is queued once the run is committed (``robust``:
+    a broker that is briefly down leaves the run queued, not the request failed).
     """
     if not user.is_staff:
         raise NotAllowed("only admins may replay the cluster's history")
     names = list(dict.fromkeys(policies))
+    layout: list[list[int | str]] = []
+    if cluster == ReplayCluster.LIVE:
+        live = whatif_live_cluster()
+        if live is None:
+            raise ValidationFailed(NO_LIVE_NODES, field="cluster")
+        layout = [[gpus, rack] for gpus, rack in live.layout]
+        copy = Cluster.of_nodes(live.layout)  # its racks count nodes with no rack as one more, as placement does
+        nodes, gpus_per_node, racks = copy.nodes, copy.gpus_per_node, copy.racks
+    else:
+        for field, value in (("nodes", nodes), ("gpus_per_node", gpus_per_node)):
+            if value is None:
+                raise ValidationFailed(UNIFORM_SIZE, field=field)
+    assert nodes is not None and gpus_per_node is not None  # set above, or refused
     _check(
         policies=names,
         placement=placement,
@@ -90,6 +124,7 @@ def whatif_create(
     )
     if not whatif_window_has_jobs(since=since, until=until):
         raise ValidationFailed(NO_JOBS, field="since")
+    quotas = {slug: asdict(limits) for slug, limits in sorted(tenant_limits().items())} if apply_quotas else None
     from scheduling.whatif.tasks import whatif_run  # the task module imports this one
 
     with transaction.atomic():
@@ -104,6 +139,8 @@ def whatif_create(
             nodes=nodes,
             gpus_per_node=gpus_per_node,
             racks=racks,
+            layout=layout,
+            quotas=quotas,
         )
         transaction.on_commit(lambda: whatif_run.delay(run.pk), robust=True)
     return run
@@ -195,35 +232,58 @@ def _replay(run: WhatIfRun) -> tuple[int, dict[str, Any]]:
         )
     except ServiceError as refusal:
         raise WhatIfProblem(_sentence(refusal.message)) from None
-    cluster = Cluster(run.nodes, run.gpus_per_node, run.racks)
+    cluster, tenants = replay_setup(run)
     try:
         trace = list(job_history_trace(since=run.since, until=run.until))
     except TraceError as exc:
         raise WhatIfProblem(_sentence(f"the history could not be read as a trace: {exc}")) from None
     if not trace:
         raise WhatIfProblem(_sentence(NO_JOBS))
-    if all(job.gpus > cluster.total_gpus for job in trace):
+    if not any(can_ever_run(job, cluster, tenants) for job in trace):
         smallest = min(job.gpus for job in trace)
+        capped = " or their tenant's quota allows" if any(job.gpus <= cluster.total_gpus for job in trace) else ""
         raise WhatIfProblem(
-            f"Every job in this window needs more GPUs than the {cluster.total_gpus} of a {run.nodes} x "
-            f"{run.gpus_per_node} cluster (the smallest asks for {smallest})."
+            f"Every job in this window needs more GPUs than the {cluster.total_gpus} of the replayed cluster "
+            f"({cluster.describe()}){capped}; the smallest asks for {smallest}."
         )
     overhead = PreemptionCost.parse(run.preemption_overhead)
     records: list[dict[str, Any]] = []
     figures: list[list[Figure]] = []
     for name in run.policies:  # one replay in memory at a time: a 100k-job run holds 100k outcomes
-        result = simulate(trace, name, cluster=cluster, placement=run.placement, overhead=overhead)
+        result = simulate(trace, name, cluster=cluster, placement=run.placement, overhead=overhead, tenants=tenants)
         metrics = measure(result)
         records.append(policy_record(metrics))
         figures.append(policy_figures(Run(result, metrics)))
     skipped = records[0]["skipped"] if records else 0
     results = {
         "policies": records,
-        "observed": observed(trace),
+        # The same jobs as the replays: a job skipped there (over the cluster or its cap) is left out here too.
+        "observed": observed([job for job in trace if can_ever_run(job, cluster, tenants)]),
         "skipped": skipped,
         "figures": merge_figures(figures, live_policy=run.live_policy),
     }
     return len(trace) - skipped, results
+
+
+def replay_setup(run: WhatIfRun) -> tuple[Cluster, dict[str, TenantLimits]]:
+    """The cluster and tenant limits ``run`` replays with, read back from its row; raises ``WhatIfProblem`` for a
+    row no form would have written (a layout or quotas of the wrong shape)."""
+    stored = {
+        "layout": run.layout,
+        "quotas": run.quotas,
+        "nodes": run.nodes,
+        "gpus_per_node": run.gpus_per_node,
+        "racks": run.racks,
+    }
+    try:
+        setup = read_setup(stored)
+    except SetupError as exc:
+        raise WhatIfProblem(_sentence(f"the run's stored cluster or quotas cannot be read: {exc}")) from None
+    cluster = setup.cluster
+    assert cluster is not None  # the row always has nodes and gpus_per_node
+    if cluster.nodes > MAX_NODES or cluster.gpus_per_node > MAX_GPUS_PER_NODE:
+        raise WhatIfProblem(_sentence(f"the replayed cluster is larger than {MAX_NODES} nodes of {MAX_GPUS_PER_NODE}"))
+    return cluster, setup.tenants
 
 
 def _check(

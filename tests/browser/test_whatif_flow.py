@@ -101,6 +101,7 @@ def test_admin_replays_history_in_the_browser(
     # Filled in from the live cluster (2 nodes of 4 GPUs) and settings: the live policy ticked, marked (live).
     expect(form.locator("input[name=nodes]")).to_have_value("2")
     expect(form.locator("input[name=gpus_per_node]")).to_have_value("4")
+    expect(form.locator("input[name=cluster][value=live]")).to_be_checked()  # a copy of the live nodes, by default
     expect(form.locator(f"input[name=policies][value='{live}']")).to_be_checked()
     expect(form.locator(f"label:has(input[name=policies][value='{live}'])")).to_contain_text("(live)")
 
@@ -150,6 +151,9 @@ def test_admin_replays_history_in_the_browser(
     expect(observed).to_contain_text("what really happened")
     expect(observed.locator("td").nth(1)).to_have_text(re.compile(r"^\d+ s$"))  # seconds-long jobs
     expect(page.locator("dl.facts dt:text-is('Jobs replayed') + dd")).to_have_text(str(len(JOBS)))
+    setup = page.locator("[data-testid=whatif-setup]")
+    expect(setup.get_by_role("heading", name="Replayed on")).to_be_visible()
+    expect(setup).to_contain_text("Live nodes: 2 nodes, 8 GPUs (2 × 4)")
 
     # The charts: every stored figure drawn by plotly (its SVG is there), the live policy named in the legends.
     figures = json.loads(page.locator("#whatif-figures").text_content() or "[]")

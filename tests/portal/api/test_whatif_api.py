@@ -14,17 +14,23 @@ from django.test import Client
 from rest_framework.test import APIClient
 
 from portal import celery_app
-from portal.api.whatif_serializers import NO_LIVE_CLUSTER
+from portal.api.whatif_serializers import LIVE_IS_AS_IT_IS, NO_LIVE_CLUSTER
 from portal.jobs.models import Job
 from portal.nodes.models import Node, NodeState
+from portal.tenants.models import Quota
 from scheduling.whatif.models import WhatIfRun
-from scheduling.whatif.services import whatif_execute
+from scheduling.whatif.services import NO_LIVE_NODES, whatif_execute
 from tests.factories import UserFactory
-from tests.fixtures import World
+from tests.fixtures import World, register_node
 from tests.history import small_history
 
 URL = "/api/v1/whatif/"
 CLUSTER = {"nodes": 2, "gpus_per_node": 4}
+#: The world's quotas as a run copies them: lab is capped at 6 GPUs, other has a quota row with no limit.
+QUOTAS = {
+    "lab": {"gpu_cap": 6, "guaranteed_gpus": 0, "user_cap": None},
+    "other": {"gpu_cap": None, "guaranteed_gpus": 0, "user_cap": None},
+}
 
 
 @pytest.fixture
@@ -97,7 +103,9 @@ def test_a_script_queues_a_run_and_reads_what_the_page_shows(
 ) -> None:
     settings.CORRAL_POLICY = "fifo"
     policies = ["fifo-backfill", "fifo", "srsf", "tiresias-gittins"]
-    body = {"policies": policies, "preemption_overhead": " Helios", **CLUSTER, "racks": 2}
+    # small_history's numbers are those of a uniform 2 x 4 cluster with no quotas (lab's cap of 6 would leave out
+    # its 8-GPU job).
+    body = {"policies": policies, "preemption_overhead": " Helios", **CLUSTER, "racks": 2, "apply_quotas": False}
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
         created = staff.post(URL, body | {"since": "2026-11-01", "until": "2026-11-02T00:00:00Z"}, format="json")
     assert created.status_code == 201, created.json()
@@ -106,6 +114,8 @@ def test_a_script_queues_a_run_and_reads_what_the_page_shows(
     assert (run["state"], run["requested_by"], run["live_policy"]) == ("queued", "root", "fifo")
     assert run["policies"] == policies
     assert (run["preemption_overhead"], run["nodes"], run["gpus_per_node"], run["racks"]) == ("helios", 2, 4, 2)
+    assert (run["cluster"], run["layout"], run["quotas"]) == ("uniform", [], None)
+    assert run["cluster_text"] == "Uniform: 2 × 4 GPUs, 2 racks"
     assert (run["since"], run["until"]) == ("2026-11-01T00:00:00Z", "2026-11-02T00:00:00Z")
     assert run["url"] == f"http://testserver/api/v1/whatif/{run['id']}/" == created["Location"]
     assert run["results"] is None and run["error"] == ""
@@ -158,12 +168,14 @@ def test_what_is_left_out_is_the_live_cluster(
         "queued", ["tiresias-las"], "consolidate", "0",
     )  # fmt: skip
     assert (run.nodes, run.gpus_per_node, run.racks, run.since, run.until) == (2, 4, 1, None, None)  # n1 and n2
+    assert (run.layout, run.quotas) == ([[4, ""], [4, ""]], QUOTAS)  # a copy of them, with today's quotas
 
     Node.objects.filter(name="n1").update(rack="a")
     Node.objects.filter(name="n2").update(rack="b")
     assert staff.post(URL, {}, format="json").json()["racks"] == 2
     asked = staff.post(URL, {"nodes": 1, "policies": ["fifo+quota"]}, format="json").json()
     assert (asked["nodes"], asked["gpus_per_node"], asked["racks"], asked["policies"]) == (1, 4, 1, ["fifo+quota"])
+    assert (asked["cluster"], asked["layout"]) == ("uniform", [])  # a size given: uniform, the rest still live
 
 
 def test_without_a_live_cluster_its_size_must_be_given(
@@ -174,7 +186,21 @@ def test_without_a_live_cluster_its_size_must_be_given(
     assert response.status_code == 400
     assert response.json() == {"nodes": [NO_LIVE_CLUSTER]}
     _conforms(schema, "/api/v1/whatif/", "post", response)
+    nothing = staff.post(URL, {}, format="json")  # no live cluster to default to: its size is asked for
+    assert nothing.status_code == 400
+    assert nothing.json() == {"nodes": [NO_LIVE_CLUSTER], "gpus_per_node": [NO_LIVE_CLUSTER]}
     assert staff.post(URL, {"nodes": 3, "gpus_per_node": 8}, format="json").json()["racks"] == 1
+
+
+def test_a_live_cluster_with_no_live_node_is_a_400_on_cluster(
+    staff: APIClient, world: World, history: dict[str, Job], schema: dict[str, Any]
+) -> None:
+    Node.objects.update(state=NodeState.DOWN)
+    response = staff.post(URL, {"cluster": "live"}, format="json")
+    assert response.status_code == 400
+    assert response.json() == {"cluster": [NO_LIVE_NODES], "code": "invalid"}  # whatif_create's refusal
+    _conforms(schema, "/api/v1/whatif/", "post", response)
+    assert not WhatIfRun.objects.exists()
 
 
 @pytest.mark.parametrize(
@@ -196,6 +222,14 @@ def test_without_a_live_cluster_its_size_must_be_given(
         ({"nodes": "two"}, "nodes", "A valid integer is required."),
         ({"gpus_per_node": 65}, "gpus_per_node", "Ensure this value is less than or equal to 64."),
         ({"racks": 3}, "racks", "must be a whole number from 1 to the number of nodes (2)"),
+        ({"cluster": "mixed"}, "cluster", '"mixed" is not a valid choice.'),
+        ({"cluster": None}, "cluster", "This field may not be null."),
+        ({"cluster": "live", "nodes": 2}, "nodes", LIVE_IS_AS_IT_IS),
+        ({"cluster": "live", "gpus_per_node": 4}, "gpus_per_node", LIVE_IS_AS_IT_IS),
+        ({"cluster": "live", "racks": 1}, "racks", LIVE_IS_AS_IT_IS),
+        ({"cluster": "uniform", "nodes": 1, "racks": 2}, "racks", "from 1 to the number of nodes (1)"),
+        ({"apply_quotas": "maybe"}, "apply_quotas", "Must be a valid boolean."),
+        ({"apply_quotas": None}, "apply_quotas", "This field may not be null."),
     ],
 )
 def test_bad_input_is_a_400_on_its_field(
@@ -282,3 +316,84 @@ def test_a_bad_figures_flag_is_a_400(staff: APIClient, root: AbstractBaseUser) -
     )
     response = staff.get(f"{URL}{run.pk}/", {"figures": "maybe"})
     assert response.status_code == 400 and "figures" in response.json()
+
+
+def test_nothing_but_policies_replays_a_copy_of_the_live_nodes_with_todays_quotas(
+    staff: APIClient, world: World, history: dict[str, Job], schema: dict[str, Any]
+) -> None:
+    register_node("n3", gpus=8)
+    Node.objects.filter(name="n3").update(rack="r2")
+    response = staff.post(URL, {"policies": ["fifo", "fifo+quota"]}, format="json")
+    assert response.status_code == 201, response.json()
+    _conforms(schema, "/api/v1/whatif/", "post", response)
+    run = response.json()
+    assert run["cluster"] == "live"
+    assert run["layout"] == [{"gpus": 4, "rack": ""}, {"gpus": 4, "rack": ""}, {"gpus": 8, "rack": "r2"}]
+    assert (run["nodes"], run["gpus_per_node"], run["racks"]) == (3, 8, 2)  # no rack is a rack of its own
+    assert run["cluster_text"] == "Live nodes: 3 nodes, 16 GPUs (1 × 8 + 2 × 4), 2 racks"
+    assert run["quotas"] == QUOTAS
+
+    Quota.objects.filter(tenant=world.tenant).update(gpu_limit=None)  # a change after the ask: the copy holds
+    whatif_execute(run["id"])
+    done = staff.get(run["url"])
+    _conforms(schema, "/api/v1/whatif/{id}/", "get", done)
+    body = done.json()
+    assert (body["state"], body["error"], body["quotas"], body["layout"]) == ("done", "", QUOTAS, run["layout"])
+    # The 8-GPU job fits n3 but not lab's cap of 6 GPUs, copied with the run: it is left out.
+    assert (body["jobs"], body["results"]["skipped"]) == (3, 1)
+    assert [p["skipped"] for p in body["results"]["policies"]] == [1, 1]
+
+
+def test_nodes_and_gpus_per_node_alone_are_a_uniform_cluster_as_before(
+    staff: APIClient, world: World, history: dict[str, Job]
+) -> None:
+    register_node("n3", gpus=8)  # a live cluster that is not 3 x 2
+    response = staff.post(URL, {"nodes": 3, "gpus_per_node": 2}, format="json")  # a script from before `cluster`
+    assert response.status_code == 201, response.json()
+    run = response.json()
+    assert (run["cluster"], run["layout"], run["nodes"], run["gpus_per_node"], run["racks"]) == (
+        "uniform", [], 3, 2, 1,
+    )  # fmt: skip
+    assert run["cluster_text"] == "Uniform: 3 × 2 GPUs, 1 rack"
+    assert run["quotas"] == QUOTAS  # quotas apply unless turned off
+    uniform = staff.post(URL, {"cluster": "uniform"}, format="json").json()  # sized as the live cluster's nearest
+    assert (uniform["cluster"], uniform["layout"], uniform["nodes"], uniform["gpus_per_node"]) == ("uniform", [], 3, 4)
+
+
+def test_apply_quotas_false_replays_with_no_limits(staff: APIClient, world: World, history: dict[str, Job]) -> None:
+    response = staff.post(URL, {"apply_quotas": False}, format="json")
+    assert response.status_code == 201, response.json()
+    run = response.json()
+    assert (run["cluster"], run["quotas"]) == ("live", None)
+    assert WhatIfRun.objects.get(pk=run["id"]).quotas is None
+    whatif_execute(run["id"])
+    done = staff.get(run["url"]).json()
+    assert (done["state"], done["jobs"], done["results"]["skipped"]) == ("done", 4, 0)  # the 8-GPU job fits 2 x 4
+
+
+def test_jobs_over_their_tenants_or_users_cap_are_skipped(
+    staff: APIClient, world: World, history: dict[str, Job], schema: dict[str, Any]
+) -> None:
+    # lab is capped at 6 GPUs (its 8-GPU llm cannot run), other at 3 (eve's 4-GPU bert cannot).
+    Quota.objects.filter(tenant=world.other_tenant).update(gpu_limit=3)
+    body = {"policies": ["fifo", "srsf+quota"], **CLUSTER}
+    capped = staff.post(URL, body, format="json").json()
+    assert capped["quotas"]["other"] == {"gpu_cap": 3, "guaranteed_gpus": 0, "user_cap": None}
+    # Then a cap of 1 GPU per member of lab: alice's 2-GPU resnet cannot run either, bob's 1-GPU gan can.
+    Quota.objects.filter(tenant=world.tenant).update(user_gpu_limit=1)
+    per_user = staff.post(URL, body, format="json").json()
+    assert per_user["quotas"]["lab"] == {"gpu_cap": 6, "guaranteed_gpus": 0, "user_cap": 1}
+    free = staff.post(URL, body | {"apply_quotas": False}, format="json").json()
+
+    found = {}
+    for name, run in (("capped", capped), ("per_user", per_user), ("free", free)):
+        whatif_execute(run["id"])
+        response = staff.get(run["url"])
+        _conforms(schema, "/api/v1/whatif/{id}/", "get", response)
+        done = response.json()
+        assert done["state"] == "done", done["error"]
+        results = done["results"]
+        assert [p["skipped"] for p in results["policies"]] == [results["skipped"]] * 2
+        assert all(p["jobs"] == done["jobs"] for p in results["policies"])
+        found[name] = (done["jobs"], results["skipped"])
+    assert found == {"capped": (2, 2), "per_user": (1, 3), "free": (4, 0)}

@@ -13,11 +13,14 @@ from django.contrib.staticfiles import finders
 from django.test import Client
 
 from portal.jobs.models import Job
+from portal.nodes.models import Node, NodeState
+from portal.tenants.models import Quota
 from scheduling.core.policies import POLICIES
 from scheduling.whatif.models import WhatIfRun
-from scheduling.whatif.services import whatif_create, whatif_execute
+from scheduling.whatif.selectors import ClusterShape
+from scheduling.whatif.services import ReplayCluster, whatif_create, whatif_execute
 from tests.factories import UserFactory
-from tests.fixtures import World
+from tests.fixtures import World, register_node
 from tests.history import small_history
 
 HTMX = {"HTTP_HX_REQUEST": "true"}
@@ -47,6 +50,7 @@ def _form(**overrides: object) -> dict[str, object]:
         "policies": ["fifo", "srsf"],
         "placement": "count",
         "preemption_overhead": "0",
+        "cluster": "uniform",
         "nodes": "2",
         "gpus_per_node": "4",
         "racks": "1",
@@ -106,6 +110,92 @@ def test_a_live_quota_policy_is_offered_as_it_runs(admin_client: Client, setting
     assert re.search(r'value="fifo\+quota"[^>]*checked', page) and "fifo+quota (live)" in page
 
 
+def test_the_form_offers_the_live_cluster_as_it_is_now(admin_client: Client, history: dict[str, Job]) -> None:
+    register_node("n3", gpus=8)
+    Node.objects.filter(name="n3").update(rack="r2")  # n1 and n2 name no rack: one more group for placement
+    page = admin_client.get("/whatif/").content.decode()
+    radios = re.findall(r'<input type="radio" name="cluster" value="([^"]+)"[^>]*>', page)
+    assert radios == ["live", "uniform"]
+    assert re.search(r'value="live"[^>]*checked', page) and not re.search(r'value="uniform"[^>]*checked', page)
+    assert "The live cluster as it is now: 3 nodes, 16 GPUs (1 × 8 + 2 × 4), 2 racks" in page
+    assert "A uniform cluster of the size below (what if we had more, or fewer)" in page
+    uniform = page[page.index('data-testid="whatif-uniform"') : page.index("</fieldset>", page.index("whatif-uniform"))]
+    assert 'name="nodes" value="3"' in uniform and 'name="gpus_per_node" value="4"' in uniform
+    assert 'name="racks" value="1"' in uniform  # the uniform sizes sit under the uniform choice; one rack named
+    assert re.search(r'<input type="checkbox" name="apply_quotas"[^>]*checked', page)
+    assert "Apply the tenants&#x27; quotas as they are now" in page
+
+    # The run's page says what the choice said.
+    response = admin_client.post("/whatif/", _form(cluster="live"))
+    assert response.status_code == 302
+    run_page = admin_client.get(response["Location"]).content.decode()
+    assert "Live nodes: 3 nodes, 16 GPUs (1 × 8 + 2 × 4), 2 racks" in run_page
+
+
+@pytest.mark.parametrize(("ticked", "quotas"), [(True, "applied"), (False, "none")])
+def test_replaying_on_the_live_cluster_copies_its_nodes_and_the_quotas_when_ticked(
+    admin_client: Client, history: dict[str, Job], ticked: bool, quotas: str
+) -> None:
+    Node.objects.filter(name="n1").update(rack="r1")
+    Node.objects.filter(name="n2").update(rack="r2")
+    # The uniform fields are ignored for a live copy, even empty or larger than the cluster.
+    form = _form(cluster="live", nodes="", gpus_per_node="", racks="9")
+    if ticked:
+        form["apply_quotas"] = "on"  # an unticked checkbox is not posted at all
+    response = admin_client.post("/whatif/", form)
+    run = WhatIfRun.objects.get()
+    assert response.status_code == 302 and response["Location"] == f"/whatif/{run.pk}/"
+    assert run.layout == [[4, "r1"], [4, "r2"]]
+    assert (run.nodes, run.gpus_per_node, run.racks) == (2, 4, 2)
+    if ticked:
+        assert run.quotas == {
+            "lab": {"gpu_cap": 6, "guaranteed_gpus": 0, "user_cap": None},
+            "other": {"gpu_cap": None, "guaranteed_gpus": 0, "user_cap": None},
+        }
+    else:
+        assert run.quotas is None
+    row = re.search(
+        r"<tr>\s*<td><a href=\"/whatif/\d+/\">.*?</tr>", admin_client.get("/whatif/").content.decode(), re.S
+    )
+    assert row and "<td>live, 8 GPUs, count</td>" in row.group(0) and f"<td>{quotas}</td>" in row.group(0)
+
+
+def test_an_empty_racks_field_means_one_rack(admin_client: Client, history: dict[str, Job]) -> None:
+    response = admin_client.post("/whatif/", _form(racks=""))
+    assert response.status_code == 302
+    run = WhatIfRun.objects.get()
+    assert (run.layout, run.nodes, run.gpus_per_node, run.racks, run.quotas) == ([], 2, 4, 1, None)
+
+
+def test_with_no_live_node_only_a_uniform_cluster_is_offered(admin_client: Client, history: dict[str, Job]) -> None:
+    Node.objects.update(state=NodeState.DOWN)
+    page = admin_client.get("/whatif/").content.decode()
+    assert re.findall(r'<input type="radio" name="cluster" value="([^"]+)"[^>]*>', page) == ["uniform"]
+    assert re.search(r'value="uniform"[^>]*checked', page) and "The live cluster as it is now" not in page
+    assert "No live node has GPUs now (all down, or none registered): only a uniform cluster." in page
+    page = admin_client.post("/whatif/", _form(cluster="live")).content.decode()
+    assert '<span class="error" role="alert">No live node has GPUs now: choose a uniform cluster.</span>' in page
+    assert not WhatIfRun.objects.exists()
+    assert admin_client.post("/whatif/", _form()).status_code == 302  # a uniform cluster still replays
+
+
+def test_a_live_cluster_gone_since_the_page_loaded_is_refused_next_to_the_choice(
+    admin_client: Client, history: dict[str, Job], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The form still offers the live cluster (as when the page was loaded), but its nodes went down since.
+    shape = ClusterShape(layout=((4, ""), (4, "")), nodes=2, gpus_per_node=4, racks=1)
+    monkeypatch.setattr("portal.web.whatif_views.whatif_live_cluster", lambda: shape)
+    Node.objects.update(state=NodeState.DOWN)
+    response = admin_client.post("/whatif/", _form(cluster="live"))
+    assert response.status_code == 200
+    page = response.content.decode()
+    fieldset = page[
+        page.index('data-testid="whatif-cluster"') : page.index("</fieldset>", page.index("whatif-cluster"))
+    ]
+    assert '<span class="error" role="alert">No live node has GPUs now; choose a uniform cluster' in fieldset
+    assert not WhatIfRun.objects.exists()
+
+
 def test_submitting_queues_a_run_whose_page_polls_until_it_is_done(
     admin_client: Client, history: dict[str, Job]
 ) -> None:
@@ -139,6 +229,10 @@ def test_submitting_queues_a_run_whose_page_polls_until_it_is_done(
         ({"nodes": "0"}, "Enter a whole number of at least 1."),
         ({"gpus_per_node": "two"}, "Enter a whole number."),
         ({"racks": "3"}, "Cannot exceed the number of nodes (2)."),
+        ({"nodes": ""}, "Give the number of nodes for a uniform cluster."),
+        ({"gpus_per_node": ""}, "Give the GPUs per node for a uniform cluster."),
+        ({"cluster": ""}, "Choose a cluster."),
+        ({"cluster": "mars"}, "Choose the live cluster or a uniform one."),
         ({"preemption_overhead": "soon"}, "Enter a number of seconds (0 or more) or helios."),
         ({"since": "2030-01-01"}, "No finished jobs were submitted in this window"),
     ],
@@ -176,6 +270,40 @@ def test_a_done_run_shows_every_policy_and_marks_the_live_one(
         re.search(r'<script id="whatif-figures" type="application/json">(.*?)</script>', page).group(1)
     )
     assert len(figures) == 4 and [t["name"] for t in figures[0]["data"]][1] == "fifo (live)"
+
+
+def test_a_runs_page_says_what_it_replayed_on_and_under_which_quotas(
+    admin_client: Client, root: AbstractBaseUser, world: World, history: dict[str, Job]
+) -> None:
+    Quota.objects.filter(tenant=world.tenant).update(gpu_limit=6, guaranteed_gpus=2, user_gpu_limit=3)
+    common = {"user": root, "policies": ["fifo"], "placement": "count", "preemption_overhead": "0"}
+    live = whatif_create(**common, cluster=ReplayCluster.LIVE, apply_quotas=True)
+    page = admin_client.get(f"/whatif/{live.pk}/").content.decode()
+    setup = page[page.index('data-testid="whatif-setup"') : page.index("</section>", page.index("whatif-setup"))]
+    assert "<h2>Replayed on</h2>" in setup and "Live nodes: 2 nodes, 8 GPUs (2 × 4), 1 rack" in setup
+    assert "<th>Tenant</th><th>Guaranteed GPUs</th><th>GPU cap</th><th>Per-user cap</th>" in setup
+    assert re.findall(r"<tr><td>([^<]*)</td><td>([^<]*)</td><td>([^<]*)</td><td>([^<]*)</td></tr>", setup) == [
+        ("lab", "2", "6", "3")
+    ]
+    assert "Other tenants: no limits." in setup  # "other" has no limit, so it is not in the table
+
+    uniform = whatif_create(**common, nodes=3, gpus_per_node=2)
+    setup = admin_client.get(f"/whatif/{uniform.pk}/", **HTMX).content.decode()  # the polled fragment says it too
+    assert "Uniform: 3 × 2 GPUs, 1 rack" in setup
+    assert "No quotas applied: every tenant could use the whole cluster." in setup and "<th>Tenant</th>" not in setup
+
+    Quota.objects.update(gpu_limit=None, guaranteed_gpus=0, user_gpu_limit=None)
+    unlimited = whatif_create(**common, nodes=3, gpus_per_node=2, apply_quotas=True)
+    setup = admin_client.get(f"/whatif/{unlimited.pk}/").content.decode()
+    assert "Quotas applied; no tenant had any limit." in setup and "<th>Tenant</th>" not in setup
+
+    listing = admin_client.get("/whatif/").content.decode()
+    cells = re.findall(r"<td>([^<]*GPUs, count)</td>\s*<td>(applied|none)</td>", listing)
+    assert cells == [
+        ("3 × 2 GPUs, count", "applied"),
+        ("3 × 2 GPUs, count", "none"),
+        ("live, 8 GPUs, count", "applied"),
+    ]
 
 
 def test_a_failed_run_says_why_in_one_sentence(admin_client: Client, root: AbstractBaseUser, world: World) -> None:

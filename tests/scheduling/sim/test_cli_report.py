@@ -87,6 +87,56 @@ def test_bad_arguments_are_refused(app, trace_file):
     assert bad_overhead.exit_code != 0
 
 
+def test_a_setup_file_gives_the_nodes_and_quotas_of_a_portal_run(app, trace_file, tmp_path):
+    # The shape GET /api/v1/whatif/<id>/ returns (other keys are ignored): two mixed nodes, tenant a capped at 4.
+    run = {
+        "id": 7,
+        "cluster": "live",
+        "layout": [{"gpus": 8, "rack": "r1"}, {"gpus": 2, "rack": "r2"}],
+        "quotas": {"a": {"gpu_cap": 4, "guaranteed_gpus": 0, "user_cap": None}},
+    }
+    setup = tmp_path / "run.json"
+    setup.write_text(json.dumps(run))
+    base = ["simulate", "--trace", str(trace_file), "--policy", "fifo", "--json", "--setup", str(setup)]
+    result = CliRunner().invoke(app, base)
+    assert result.exit_code == 0, result.output
+    # Tenant a (even-numbered jobs: 1- and 4-GPU) keeps all its jobs; tenant b's 8-GPU jobs run on the big node.
+    assert json.loads(result.stdout)["policies"]["fifo"]["jobs"] == 24
+    from scheduling.core.model import TenantLimits
+    from scheduling.sim.trace import read_trace
+
+    expected = simulate(
+        read_trace(trace_file), "fifo", cluster=Cluster.of_nodes([(8, "r1"), (2, "r2")]),
+        tenants={"a": TenantLimits(gpu_cap=4)},
+    )  # fmt: skip
+    assert json.loads(result.stdout)["policies"]["fifo"] == measure(expected).summary()
+
+    # --nodes/--gpus-per-node replace the cluster; the quotas stay: a cap of 1 skips tenant a's 4-GPU jobs.
+    run["quotas"] = {"a": {"gpu_cap": 1}}
+    setup.write_text(json.dumps(run))
+    capped = CliRunner().invoke(app, [*base, "--nodes", "1", "--gpus-per-node", "8"])
+    assert capped.exit_code == 0, capped.output
+    assert json.loads(capped.stdout)["policies"]["fifo"]["jobs"] == 18  # 6 of tenant a's 12 jobs need 4 GPUs
+
+
+@pytest.mark.parametrize(
+    ("content", "words"),
+    [
+        ("{not json", "Expecting property name"),
+        ('{"layout": [{"gpus": "eight"}]}', "a node's gpus is 'eight', not a whole number"),
+        ('{"quotas": {"a": {"gpu_cap": 2}}}', "give --nodes and --gpus-per-node, or a --setup with a cluster"),
+    ],
+)
+def test_a_setup_that_cannot_be_used_is_refused_in_one_line(app, trace_file, tmp_path, content, words):
+    setup = tmp_path / "setup.json"
+    setup.write_text(content)
+    result = CliRunner().invoke(
+        app, ["simulate", "--trace", str(trace_file), "--policy", "fifo", "--setup", str(setup)]
+    )
+    assert result.exit_code == 2 and words in result.output
+    assert result.output.count("\n") == 1 and result.output.startswith("error: ")
+
+
 def test_metrics_on_a_known_schedule():
     trace = [TraceJob("a", 0.0, 100.0, 1, tenant="x"), TraceJob("b", 0.0, 100.0, 1, tenant="y")]
     m = measure(simulate(trace, "fifo", cluster=Cluster(1, 1)))

@@ -49,8 +49,8 @@ class Auditor:
     """Checks every GPU hand-out against what is held, and work conservation after every round."""
 
     def __init__(self, cluster: Cluster, gpus: dict[str, int], work_conserving: bool) -> None:
-        self.valid = {GpuSlot(f"n{i}", i * cluster.gpus_per_node + k) for i in range(cluster.nodes)
-                      for k in range(cluster.gpus_per_node)}  # fmt: skip
+        pool = cluster.free_pool()  # every GPU of the cluster, uniform or laid out node by node
+        self.valid = {GpuSlot(name, gpu) for name, free in zip(pool.names, pool.free, strict=True) for gpu in free}
         self.held: dict[GpuSlot, str] = {}
         self.gpus = gpus
         self.work_conserving = work_conserving
@@ -83,17 +83,22 @@ traces = st.lists(
     rows=traces,
     nodes=st.integers(1, 3),
     per_node=st.sampled_from([2, 4, 8]),
+    mixed=st.one_of(st.none(), st.lists(st.sampled_from([1, 2, 4, 8]), min_size=1, max_size=4)),
     policy_name=st.sampled_from(POLICY_NAMES),
     placement=st.sampled_from(["count", "consolidate", "topology"]),
     overhead=st.sampled_from([PreemptionCost(), PreemptionCost.helios()]),
     quantum=st.sampled_from([0.0, 20.0]),
 )
-def test_simulation_invariants(rows, nodes, per_node, policy_name, placement, overhead, quantum):
+def test_simulation_invariants(rows, nodes, per_node, mixed, policy_name, placement, overhead, quantum):
     trace = [
         TraceJob(f"j{i}", float(s), float(d), g, user=f"u{i % 3}", tenant="ab"[i % 2], model=("vgg16", "")[i % 2])
         for i, (s, d, g) in enumerate(rows)
     ]
-    cluster = Cluster(nodes, per_node, racks=2)
+    # A uniform cluster, or nodes of mixed sizes as a copy of a real cluster has them.
+    if mixed is None:
+        cluster = Cluster(nodes, per_node, racks=2)
+    else:
+        cluster = Cluster.of_nodes([(gpus, f"r{i % 2}") for i, gpus in enumerate(mixed)])
     policy = make_policy(policy_name, quantum)
     tenants = {"a": TenantLimits(guaranteed_gpus=per_node), "b": TenantLimits(guaranteed_gpus=per_node)}
     work_conserving = placement == "count" and not policy.head_of_line

@@ -196,3 +196,26 @@ def test_simulator_matches_a_replay_through_decide(policy, placement):
         finally:
             del registry.POLICIES["_test-las"]
     assert got == expected
+
+
+def test_a_laid_out_cluster_has_exactly_its_nodes():
+    cluster = Cluster.of_nodes([(8, "r1"), (2, "r1"), (4, "r2")])
+    assert (cluster.nodes, cluster.gpus_per_node, cluster.racks, cluster.total_gpus) == (3, 8, 2, 14)
+    assert cluster.describe() == "3 nodes, 14 GPUs"
+    pool = cluster.free_pool()
+    assert pool.names == ["n0", "n1", "n2"] and pool.racks == ["r1", "r1", "r2"]
+    assert pool.free == [list(range(8)), [8, 9], [10, 11, 12, 13]]  # ids count on from node to node
+    assert Cluster(2, 4).describe() == "2 x 4 GPUs" and Cluster(2, 4).total_gpus == 8
+    for bad in ([], [(4, "r1"), (0, "r1")]):
+        with pytest.raises(ValueError, match="at least one"):
+            Cluster.of_nodes(bad)
+
+
+def test_a_mixed_cluster_runs_what_its_uniform_approximation_cannot():
+    # One 8-GPU node and two 2-GPU nodes. The uniform cluster nearest to it (three nodes of the most common size)
+    # has 6 GPUs and must skip an 8-GPU job; the copy runs it on its big node once that node is free, with
+    # consolidating placement never splitting it.
+    trace = jobs((0, 100, 2), (0, 100, 2), (0, 100, 2), (1, 50, 8))
+    mixed = simulate(trace, "fifo", cluster=Cluster.of_nodes([(8, ""), (2, ""), (2, "")]), placement="consolidate")
+    assert mixed.skipped == () and {o.job_id: o.first_start for o in mixed.outcomes}["j3"] == 100
+    assert simulate(trace, "fifo", cluster=Cluster(3, 2), placement="consolidate").skipped == ("j3",)

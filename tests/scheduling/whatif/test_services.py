@@ -15,13 +15,15 @@ from portal.errors import NotAllowed, ValidationFailed
 from portal.jobs.models import Job
 from portal.jobs.selectors import job_history_trace
 from portal.nodes.models import Node, NodeState
+from portal.tenants.models import Quota
+from scheduling.core.model import TenantLimits
 from scheduling.core.preemption import PreemptionCost
 from scheduling.sim.metrics import measure
 from scheduling.sim.simulator import Cluster, simulate
-from scheduling.sim.trace import parse_trace, trace_lines
+from scheduling.sim.trace import TraceJob, parse_trace, trace_lines
 from scheduling.whatif.models import WhatIfRun
 from scheduling.whatif.selectors import ClusterShape, whatif_live_cluster
-from scheduling.whatif.services import whatif_create, whatif_execute, whatif_sweep
+from scheduling.whatif.services import ReplayCluster, whatif_create, whatif_execute, whatif_sweep
 from scheduling.whatif.tasks import whatif_run
 from tests.concurrency import run_together
 from tests.fixtures import World, register_node
@@ -120,7 +122,8 @@ def test_a_cluster_smaller_than_every_job_fails_readably(root: AbstractBaseUser,
     run = whatif_execute(run.pk)
     assert run is not None and run.state == "failed"
     assert run.error == (
-        "Every job in this window needs more GPUs than the 1 of a 1 x 1 cluster (the smallest asks for 2)."
+        "Every job in this window needs more GPUs than the 1 of the replayed cluster (1 x 1 GPUs); "
+        "the smallest asks for 2."
     )
 
 
@@ -128,6 +131,7 @@ def test_jobs_larger_than_the_cluster_are_left_out_and_counted(root: AbstractBas
     run = whatif_execute(_queued(root, nodes=1, policies=["fifo", "qssf"], placement="consolidate").pk)
     assert run is not None and run.state == "done"
     assert (run.jobs, run.results["skipped"]) == (3, 1)  # the 8-GPU job cannot run on 4 GPUs
+    assert run.results["observed"]["jobs"] == 3  # nor is it in what really happened, which compares the same jobs
 
 
 def test_a_row_with_parameters_the_form_would_refuse_fails_readably(
@@ -174,8 +178,11 @@ def test_the_default_cluster_is_the_live_one(world: World) -> None:
     register_node("n3", gpus=8)
     down, _ = register_node("n4", gpus=4)
     Node.objects.filter(pk=down.pk).update(state=NodeState.DOWN)
-    # Two up nodes of 4 GPUs and one of 8: a uniform cluster of three 4-GPU nodes on the two racks named.
-    assert whatif_live_cluster() == ClusterShape(nodes=3, gpus_per_node=4, racks=2)
+    # Two up nodes of 4 GPUs and one of 8: a uniform cluster of three 4-GPU nodes on the two racks named, and the
+    # nodes themselves, by name, for a copy.
+    assert whatif_live_cluster() == ClusterShape(
+        layout=((4, "a"), (4, "b"), (8, "")), nodes=3, gpus_per_node=4, racks=2
+    )
     Node.objects.update(state=NodeState.DOWN)
     assert whatif_live_cluster() is None
 
@@ -212,3 +219,89 @@ def test_the_sweep_sends_lost_queued_runs_again_and_fails_runs_whose_worker_died
     assert states == {lost_message.pk: "done", fresh.pk: "queued", dead_worker.pk: "failed", busy_worker.pk: "running"}
     assert "worker stopped" in WhatIfRun.objects.get(pk=dead_worker.pk).error
     assert whatif_sweep(now=now) == ([], [])  # nothing left to recover
+
+
+def _export() -> list[TraceJob]:
+    """The history as ``corral history`` writes it and ``corral simulate`` reads it."""
+    return parse_trace(io.StringIO("".join(trace_lines(job_history_trace()))))
+
+
+def test_a_live_copy_replays_the_live_nodes_as_they_are(root: AbstractBaseUser, history: dict[str, Job]) -> None:
+    Node.objects.filter(name="n2").update(rack="b")
+    register_node("n3", gpus=8)
+    run = whatif_create(user=root, **_params(nodes=None, gpus_per_node=None, cluster=ReplayCluster.LIVE))
+    assert run.layout == [[4, ""], [4, "b"], [8, ""]]  # by node name, each with its own size and rack
+    assert (run.nodes, run.gpus_per_node, run.racks, run.quotas) == (3, 8, 2, None)
+
+    Node.objects.filter(name="n3").update(state=NodeState.DOWN)  # later changes do not touch the run
+    run = whatif_execute(run.pk)
+    assert run is not None and run.state == "done"
+    cluster = Cluster.of_nodes([(4, ""), (4, "b"), (8, "")])
+    expected = measure(simulate(_export(), "fifo", cluster=cluster, placement="count")).summary()
+    assert {k: run.results["policies"][0][k] for k in SUMMARY_KEYS} == expected
+
+
+def test_quotas_are_copied_when_asked_and_hold_jobs_back(root: AbstractBaseUser, history: dict[str, Job]) -> None:
+    Quota.objects.filter(tenant__slug="other").update(guaranteed_gpus=2, user_gpu_limit=4)
+    run = whatif_create(user=root, **_params(policies=["fifo", "fifo+quota"], apply_quotas=True))
+    assert run.quotas == {
+        "lab": {"gpu_cap": 6, "guaranteed_gpus": 0, "user_cap": None},
+        "other": {"gpu_cap": None, "guaranteed_gpus": 2, "user_cap": 4},
+    }
+    Quota.objects.filter(tenant__slug="lab").update(gpu_limit=None)  # the run keeps the quotas it was asked with
+
+    run = whatif_execute(run.pk)
+    assert run is not None and run.state == "done"
+    assert (run.jobs, run.results["skipped"]) == (3, 1)  # lab's 8-GPU job can never run under its cap of 6
+    assert run.results["observed"]["jobs"] == 3  # what really happened to the same three jobs
+    tenants = {"lab": TenantLimits(gpu_cap=6), "other": TenantLimits(guaranteed_gpus=2, user_cap=4)}
+    for record in run.results["policies"]:
+        result = simulate(_export(), record["policy"], cluster=Cluster(2, 4), placement="count", tenants=tenants)
+        assert {k: record[k] for k in SUMMARY_KEYS} == measure(result).summary()
+
+
+def test_without_quotas_every_tenant_may_use_the_whole_cluster(root: AbstractBaseUser, history: dict[str, Job]) -> None:
+    run = whatif_execute(whatif_create(user=root, **_params(apply_quotas=False)).pk)
+    assert run is not None and run.quotas is None
+    assert (run.jobs, run.results["skipped"]) == (4, 0)
+
+
+def test_every_job_over_its_cap_fails_readably(root: AbstractBaseUser, history: dict[str, Job]) -> None:
+    quotas = {"lab": {"gpu_cap": 1, "guaranteed_gpus": 0, "user_cap": None}}
+    run = whatif_execute(_queued(root, until=T0 + timedelta(minutes=30), quotas=quotas).pk)  # lab's 2-GPU job only
+    assert run is not None and run.state == "failed"
+    assert run.error == (
+        "Every job in this window needs more GPUs than the 8 of the replayed cluster (2 x 4 GPUs) or their "
+        "tenant's quota allows; the smallest asks for 2."
+    )
+
+
+@pytest.mark.parametrize(
+    ("stored", "words"),
+    [
+        ({"layout": [["four", "r1"]]}, "a node's gpus is 'four', not a whole number"),
+        ({"layout": [[0, "r1"]]}, "every node needs at least one GPU"),
+        ({"layout": [[4]]}, "a node is [4], not [gpus, rack]"),
+        ({"quotas": {"lab": {"gpu_cap": "six"}}}, "lab's gpu_cap is 'six', not a whole number"),
+        ({"quotas": ["lab"]}, "quotas is not a JSON object"),
+    ],
+)
+def test_a_row_with_a_malformed_cluster_or_quotas_fails_readably(
+    root: AbstractBaseUser, history: dict[str, Job], stored: dict[str, object], words: str
+) -> None:
+    run = whatif_execute(_queued(root, **stored).pk)
+    assert run is not None and run.state == "failed"
+    assert run.error.startswith("The run's stored cluster or quotas cannot be read") and words in run.error
+
+
+def test_a_live_copy_needs_a_live_node_and_a_uniform_cluster_its_size(
+    root: AbstractBaseUser, history: dict[str, Job]
+) -> None:
+    Node.objects.update(state=NodeState.DOWN)
+    with pytest.raises(ValidationFailed, match="no live node has GPUs now") as refusal:
+        whatif_create(user=root, **_params(cluster=ReplayCluster.LIVE))
+    assert refusal.value.field == "cluster"
+    with pytest.raises(ValidationFailed, match="give the uniform cluster's size") as refusal:
+        whatif_create(user=root, **_params(gpus_per_node=None))
+    assert refusal.value.field == "gpus_per_node"
+    assert not WhatIfRun.objects.exists()
