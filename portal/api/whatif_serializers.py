@@ -10,12 +10,13 @@ run's page shows it (``scheduling.whatif.results.table_rows`` and ``observed_row
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from scheduling.core.model import TenantLimits
 from scheduling.core.placement import PLACEMENTS
 from scheduling.core.policies import POLICIES, QUOTA_SUFFIX
 from scheduling.whatif.models import WhatIfRun, WhatIfState
@@ -35,6 +36,20 @@ CLUSTERS = [choice.value for choice in ReplayCluster]
 SKIPPED = (
     "Jobs left out: they need more GPUs than the replayed cluster has, or than their tenant's or user's cap allows."
 )
+
+
+class QuotaChangeSerializer(serializers.Serializer[dict[str, Any]]):
+    """A tenant's quota for one replay; what is left out stays as it is today."""
+
+    gpu_cap = serializers.IntegerField(
+        min_value=0, allow_null=True, required=False, help_text="The most GPUs its jobs hold at once; null: no cap."
+    )
+    guaranteed_gpus = serializers.IntegerField(
+        min_value=0, required=False, help_text="GPUs it can always reclaim (`+quota` policies); at most `gpu_cap`."
+    )
+    user_cap = serializers.IntegerField(
+        min_value=0, allow_null=True, required=False, help_text="The most GPUs each member may hold; null: no cap."
+    )
 
 
 class WhatIfRequestSerializer(serializers.Serializer[dict[str, Any]]):
@@ -96,6 +111,12 @@ class WhatIfRequestSerializer(serializers.Serializer[dict[str, Any]]):
         "tenant's or user's cap is left out) and `+quota` policies lend and reclaim guarantees. False replays with "
         "no limits. Default: true.",
     )
+    quota_changes = serializers.DictField(
+        child=QuotaChangeSerializer(),
+        required=False,
+        help_text='Other quotas to try in this run only, by tenant slug, e.g. `{"lab": {"guaranteed_gpus": 16}}`: '
+        "each replaces that tenant's quota of today (what it leaves out stays as today). Needs `apply_quotas`.",
+    )
     since = serializers.DateTimeField(
         required=False,
         allow_null=True,
@@ -113,6 +134,8 @@ class WhatIfRequestSerializer(serializers.Serializer[dict[str, Any]]):
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         attrs.setdefault("policies", [self.context["live_policy"]])
         attrs.setdefault("placement", self.context["live_placement"])
+        if "quota_changes" in attrs:
+            attrs["quota_changes"] = _over_today(attrs["quota_changes"], self.context["quotas"])
         shape: ClusterShape | None = self.context["cluster"]
         sized = [field for field in UNIFORM_FIELDS if field in attrs]
         if "cluster" in attrs:
@@ -139,6 +162,12 @@ class WhatIfRequestSerializer(serializers.Serializer[dict[str, Any]]):
         if "racks" not in attrs:  # never more than the nodes asked for: a default must not be the fault
             attrs["racks"] = min(shape.racks, attrs["nodes"]) if shape is not None else 1
         return attrs
+
+
+def _over_today(changes: dict[str, dict[str, Any]], today: dict[str, TenantLimits]) -> dict[str, TenantLimits]:
+    """Each change laid over the tenant's quota of today. An unknown slug starts from no limits; ``whatif_create``
+    refuses it on ``quota_changes``."""
+    return {slug: replace(today.get(slug, TenantLimits()), **change) for slug, change in changes.items()}
 
 
 class WhatIfDetailQuery(serializers.Serializer[dict[str, Any]]):
@@ -219,6 +248,7 @@ class TenantQuotaSerializer(serializers.Serializer[dict[str, Any]]):
     gpu_cap = serializers.IntegerField(allow_null=True, help_text="The most GPUs its jobs hold at once; null: none.")
     guaranteed_gpus = serializers.IntegerField(help_text="The GPUs it can always reclaim (`+quota` policies).")
     user_cap = serializers.IntegerField(allow_null=True, help_text="The most GPUs each member may hold; null: none.")
+    edited = serializers.BooleanField(default=False, help_text="Changed for this run (`quota_changes`).")
 
 
 class WhatIfRunSerializer(serializers.ModelSerializer[WhatIfRun]):

@@ -24,6 +24,7 @@ from portal.api.whatif_serializers import (
     WhatIfRequestSerializer,
     WhatIfRunSerializer,
 )
+from portal.tenants.selectors import tenant_limits
 from scheduling.whatif.models import WhatIfRun
 from scheduling.whatif.selectors import whatif_get, whatif_list, whatif_live_cluster
 from scheduling.whatif.services import whatif_create
@@ -53,13 +54,15 @@ class WhatIfViewSet(viewsets.GenericViewSet[WhatIfRun]):
         """Queue a replay of the finished jobs submitted in the window under each policy; 201 with the queued run
         (its `url` also in `Location`). Left out, the policies, placement and cluster are the live ones (a copy of
         the live nodes), with the tenants' quotas of now; `nodes` or `gpus_per_node` alone ask for a uniform
-        cluster, as before `cluster` existed."""
+        cluster, as before `cluster` existed. `quota_changes` tries other quotas for named tenants in this run
+        only."""
         params = WhatIfRequestSerializer(
             data=request.data,
             context={
                 "live_policy": settings.CORRAL_POLICY,
                 "live_placement": settings.CORRAL_PLACEMENT,
                 "cluster": whatif_live_cluster(),
+                "quotas": tenant_limits(),
             },
         )
         params.is_valid(raise_exception=True)

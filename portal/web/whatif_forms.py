@@ -1,5 +1,6 @@
 """The what-if form: a window of history, the policies to replay it under, the cluster to replay it on (a copy of
-the live nodes, or a uniform cluster of a size to try) and whether the tenants' quotas of today apply.
+the live nodes, or a uniform cluster of a size to try), whether the tenants' quotas of today apply, and, if they do,
+other quotas to try for some tenants in this replay only ("what if lab had 16 guaranteed GPUs").
 
 It checks shapes and turns dates into the window's datetimes; ``whatif_create`` checks the rest (whether the
 window holds any finished job, whether a live node is still there) and its refusals land on the field they name.
@@ -8,12 +9,16 @@ Its cleaned data is ``whatif_create``'s keyword arguments, as they are.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import date, datetime, time
+from functools import cached_property
 from typing import Any
 
 from django import forms
 from django.utils import timezone
 
+from scheduling.core.model import TenantLimits
 from scheduling.core.placement import PLACEMENTS
 from scheduling.core.policies import POLICIES, QUOTA_SUFFIX
 from scheduling.whatif.selectors import ClusterShape
@@ -28,6 +33,29 @@ UNIFORM_MISSING = {
     "nodes": "Give the number of nodes for a uniform cluster.",
     "gpus_per_node": "Give the GPUs per node for a uniform cluster.",
 }
+#: A tenant's quota inputs: TenantLimits' field names, in the table's column order, with their labels.
+QUOTA_KEYS = {"guaranteed_gpus": "guaranteed GPUs", "gpu_cap": "GPU cap", "user_cap": "per-user cap"}
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaInputs:
+    """One tenant's row of the quota table: its slug and its three inputs, bound (the template only renders)."""
+
+    tenant: str
+    guaranteed_gpus: forms.BoundField
+    gpu_cap: forms.BoundField
+    user_cap: forms.BoundField
+
+    @property
+    def inputs(self) -> tuple[forms.BoundField, ...]:
+        """The three, in the table's column order."""
+        return (self.guaranteed_gpus, self.gpu_cap, self.user_cap)
+
+
+def quota_field(slug: str, key: str) -> str:
+    """The form field of ``slug``'s ``key`` (e.g. ``quota_lab_gpu_cap``). A slug is letters, digits, ``-`` and
+    ``_``, so the name is a valid HTML name and id; no key ends with another, so two tenants' names never collide."""
+    return f"quota_{slug}_{key}"
 
 
 def _date_input() -> forms.DateInput:
@@ -74,9 +102,18 @@ class WhatIfForm(forms.Form):
     )
 
     def __init__(
-        self, *args: Any, live_policy: str, live_placement: str, cluster: ClusterShape | None, **kwargs: Any
+        self,
+        *args: Any,
+        live_policy: str,
+        live_placement: str,
+        cluster: ClusterShape | None,
+        quotas: Mapping[str, TenantLimits],
+        **kwargs: Any,
     ) -> None:  # the rest goes to Form as is
         super().__init__(*args, **kwargs)
+        self.quotas = dict(sorted(quotas.items()))  # today's, by slug: the inputs' initial values and what an edit is
+        self.quota_refusals: list[str] = []  # the service's refusals of the quota changes, shown under the table
+        self._add_quota_fields()
         field = self.fields["policies"]
         assert isinstance(field, forms.MultipleChoiceField)  # declared above; each form has its own copy
         names = list(POLICIES)
@@ -95,6 +132,38 @@ class WhatIfForm(forms.Form):
             if cluster is not None
             else "No live node has GPUs now, so say what to replay on."
         )
+
+    def _add_quota_fields(self) -> None:
+        """Three optional inputs per tenant, pre-filled with today's quota; blank caps mean no limit."""
+        for slug, today in self.quotas.items():
+            for key, label in QUOTA_KEYS.items():
+                self.fields[quota_field(slug, key)] = forms.IntegerField(
+                    required=False,
+                    min_value=0,
+                    initial=getattr(today, key),
+                    label=f"{slug}: {label}",
+                    error_messages=WHOLE,
+                    widget=forms.NumberInput(attrs={"aria-label": f"{slug}: {label}"}),
+                )
+
+    @cached_property
+    def quota_field_names(self) -> frozenset[str]:
+        """For the template, which shows these in the quota table rather than in the list of fields (it asks once
+        per field, hence cached)."""
+        return frozenset(quota_field(slug, key) for slug in self.quotas for key in QUOTA_KEYS)
+
+    @property
+    def quota_inputs(self) -> list[QuotaInputs]:
+        """The quota table's rows, by slug."""
+        return [QuotaInputs(slug, *(self[quota_field(slug, key)] for key in QUOTA_KEYS)) for slug in self.quotas]
+
+    def add_refusal(self, field: str | None, message: str) -> None:
+        """A service refusal as one sentence: next to the field it names, under the quota table for the quota
+        changes (the form checks them first, so this is a race such as a tenant deleted meanwhile), else on top."""
+        if field == "quota_changes":
+            self.quota_refusals.append(f"These quotas were refused: {message}.")
+        else:
+            self.add_error(field if field in self.fields else None, message[:1].upper() + message[1:])
 
     @property
     def uniform_fields(self) -> tuple[str, ...]:
@@ -147,7 +216,41 @@ class WhatIfForm(forms.Form):
             data["racks"] = 1  # left empty: one rack, as the field's initial value says
         if data.get("cluster") == ReplayCluster.UNIFORM:
             self._clean_uniform(data)
+        self._clean_quotas(data)
         return data
+
+    def _clean_quotas(self, data: dict[str, Any]) -> None:
+        """Replace the per-tenant inputs in ``data`` by ``quota_changes``: the tenants whose inputs differ from
+        today's quota. With the quotas unticked the inputs are ignored, their errors too: nothing of them is used."""
+        changes: dict[str, TenantLimits] = {}
+        for slug, today in self.quotas.items():
+            names = {key: quota_field(slug, key) for key in QUOTA_KEYS}
+            values = {key: self._posted_or(data, name, getattr(today, key)) for key, name in names.items()}
+            if not data.get("apply_quotas"):
+                for name in names.values():
+                    self.errors.pop(name, None)
+            elif not any(self.has_error(name) for name in names.values()):
+                limits = self._tenant_limits(names, values)
+                if limits is not None and limits != today:
+                    changes[slug] = limits
+        data["quota_changes"] = changes
+
+    def _posted_or(self, data: dict[str, Any], name: str, today: int | None) -> int | None:
+        """The cleaned input ``name``, taken out of ``data``; today's value when it was not posted at all (a tenant
+        added since the page was loaded: its absent inputs are not an edit lifting its limits)."""
+        value: int | None = data.pop(name, None)
+        return value if self.add_prefix(name) in self.data else today
+
+    def _tenant_limits(self, names: dict[str, str], values: dict[str, int | None]) -> TenantLimits | None:
+        """One tenant's inputs as limits (a blank guarantee is none); None, with the error on the guarantee, when
+        it exceeds the cap, as the quota table itself refuses."""
+        limits = TenantLimits(
+            gpu_cap=values["gpu_cap"], guaranteed_gpus=values["guaranteed_gpus"] or 0, user_cap=values["user_cap"]
+        )
+        if limits.gpu_cap is not None and limits.guaranteed_gpus > limits.gpu_cap:
+            self.add_error(names["guaranteed_gpus"], f"Cannot exceed the GPU cap ({limits.gpu_cap}).")
+            return None
+        return limits
 
     def _clean_uniform(self, data: dict[str, Any]) -> None:
         """The size a uniform cluster needs; said next to the field left empty, unless it has an error already."""

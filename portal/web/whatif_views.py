@@ -16,6 +16,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
 from portal.errors import ServiceError
+from portal.tenants.selectors import tenant_limits
 from portal.web.whatif_forms import WhatIfForm
 from scheduling.whatif.models import WhatIfRun, WhatIfState
 from scheduling.whatif.results import observed_row, table_rows
@@ -45,28 +46,36 @@ def _require_staff(request: HttpRequest) -> None:
 
 @login_required
 def whatif_list_view(request: AuthenticatedHttpRequest) -> HttpResponse:
-    """Past runs, and the form for a new one (pre-filled with the live policy, placement and cluster shape)."""
+    """Past runs, and the form for a new one (pre-filled with the live policy, placement, cluster shape and
+    today's quotas)."""
     _require_staff(request)
     form = WhatIfForm(
         request.POST or None,
         live_policy=settings.CORRAL_POLICY,
         live_placement=settings.CORRAL_PLACEMENT,
         cluster=whatif_live_cluster(),
+        quotas=tenant_limits(),
     )
     if request.method == "POST" and form.is_valid():
         try:
             run = whatif_create(user=request.user, **form.cleaned_data)
         except ServiceError as exc:
-            form.add_error(exc.field if exc.field in form.fields else None, exc.message[:1].upper() + exc.message[1:])
+            form.add_refusal(exc.field, exc.message)
         else:
             return redirect("whatif-detail", run_id=run.pk)
     return render(request, "whatif/whatif_list.html", {"form": form, "runs": _run_rows(whatif_list())})
 
 
 def _run_rows(runs: Iterable[WhatIfRun]) -> list[RunRow]:
-    return [
-        RunRow(run=run, cluster=cluster_brief(run), quotas="none" if run.quotas is None else "applied") for run in runs
-    ]
+    return [RunRow(run=run, cluster=cluster_brief(run), quotas=_quotas_brief(run)) for run in runs]
+
+
+def _quotas_brief(run: WhatIfRun) -> str:
+    """The list's column: whether the run applied quotas, and whether it tried other ones than the day's."""
+    if run.quotas is None:
+        return "none"
+    edited = any(isinstance(limits, dict) and limits.get("edited") for limits in run.quotas.values())
+    return "applied, edited" if edited else "applied"
 
 
 @login_required
@@ -92,6 +101,7 @@ def _run_context(run: WhatIfRun) -> dict[str, object]:
         "quotas": quotas,
         # The table lists only the tenants with a limit; say so when it left some out.
         "unlimited_tenants": quotas is not None and len(quotas) < len(run.quotas or {}),
+        "quotas_edited": any(quota.edited for quota in quotas or ()),
         "rows": table_rows(records, live_policy=run.live_policy),
         "live_replayed": any(r["policy"] == run.live_policy for r in records),
         "fairness_over": records[0]["fairness_over"] if records else "",

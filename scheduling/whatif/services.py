@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -81,6 +81,7 @@ def whatif_create(
     gpus_per_node: int | None = None,
     racks: int = 1,
     apply_quotas: bool = False,
+    quota_changes: Mapping[str, TenantLimits] | None = None,
     since: datetime | None = None,
     until: datetime | None = None,
 ) -> WhatIfRun:
@@ -89,6 +90,8 @@ def whatif_create(
     ``cluster=live`` copies the live nodes onto the run (``nodes``, ``gpus_per_node`` and ``racks`` are then
     ignored); ``uniform`` needs ``nodes`` and ``gpus_per_node``. ``apply_quotas`` copies every tenant's quota of
     now onto the run, so caps hold jobs back and ``+quota`` policies lend and reclaim guarantees as live.
+    ``quota_changes`` replaces the quotas of the tenants it names (by slug) for this run only: "what if lab had 16
+    guaranteed GPUs"; each is marked ``edited`` on the run.
 
     Refuses (``ValidationFailed``, field-scoped) unknown policies or placement, an overhead that is neither a number
     of seconds >= 0 nor ``helios``, a live cluster with no node, a uniform one out of bounds, ``until`` not after
@@ -124,7 +127,7 @@ def whatif_create(
     )
     if not whatif_window_has_jobs(since=since, until=until):
         raise ValidationFailed(NO_JOBS, field="since")
-    quotas = {slug: asdict(limits) for slug, limits in sorted(tenant_limits().items())} if apply_quotas else None
+    quotas = _run_quotas(apply_quotas, quota_changes or {})
     from scheduling.whatif.tasks import whatif_run  # the task module imports this one
 
     with transaction.atomic():
@@ -263,6 +266,33 @@ def _replay(run: WhatIfRun) -> tuple[int, dict[str, Any]]:
         "figures": merge_figures(figures, live_policy=run.live_policy),
     }
     return len(trace) - skipped, results
+
+
+def _run_quotas(apply: bool, changes: Mapping[str, TenantLimits]) -> dict[str, dict[str, Any]] | None:
+    """Today's quotas with ``changes`` laid over them, as the run stores them; None when none apply. Refuses a
+    change for an unknown tenant, or one the quota table itself would refuse (a guarantee above the cap)."""
+    if not apply:
+        if changes:
+            raise ValidationFailed("quota changes need the tenants' quotas applied", field="quota_changes")
+        return None
+    today = tenant_limits()
+    unknown = sorted(set(changes) - set(today))
+    if unknown:
+        raise ValidationFailed(f"no tenant {', '.join(unknown)}", field="quota_changes")
+    for slug, limits in changes.items():
+        values = (limits.gpu_cap or 0, limits.guaranteed_gpus, limits.user_cap or 0)
+        if min(values) < 0:
+            raise ValidationFailed(f"{slug}: GPU counts cannot be negative", field="quota_changes")
+        if limits.gpu_cap is not None and limits.guaranteed_gpus > limits.gpu_cap:
+            raise ValidationFailed(
+                f"{slug}: the guarantee ({limits.guaranteed_gpus}) cannot exceed the cap ({limits.gpu_cap})",
+                field="quota_changes",
+            )
+    quotas: dict[str, dict[str, Any]] = {}
+    for slug in sorted(today):
+        limits = changes.get(slug, today[slug])
+        quotas[slug] = asdict(limits) | ({"edited": True} if limits != today[slug] else {})
+    return quotas
 
 
 def replay_setup(run: WhatIfRun) -> tuple[Cluster, dict[str, TenantLimits]]:

@@ -17,12 +17,14 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class QuotaRow:
-    """One tenant's quota as the run applied it; ``-`` for a limit it did not have."""
+    """One tenant's quota as the run applied it; ``-`` for a limit it did not have. ``edited``: changed for this
+    run from the quota of the day (``quota_changes``)."""
 
     tenant: str
     guaranteed: str
     cap: str
     user_cap: str
+    edited: bool = False
 
 
 def is_live_copy(run: WhatIfRun) -> bool:
@@ -59,12 +61,12 @@ def cluster_brief(run: WhatIfRun) -> str:
 
 def quota_rows(run: WhatIfRun) -> list[QuotaRow] | None:
     """The tenants the run limited, by slug; None when it applied no quotas. Tenants with no limit at all are
-    left out (the page says the others had none)."""
+    left out (the page says the others had none), unless the run edited them (lifting a limit is worth showing)."""
     if run.quotas is None:
         return None
     rows = []
     for slug, limits in sorted(run.quotas.items()):
-        if not _limited(limits):
+        if not _limited(limits) and not limits.get("edited"):
             continue
         rows.append(
             QuotaRow(
@@ -72,6 +74,7 @@ def quota_rows(run: WhatIfRun) -> list[QuotaRow] | None:
                 guaranteed=_gpus(limits.get("guaranteed_gpus") or None),
                 cap=_gpus(limits.get("gpu_cap")),
                 user_cap=_gpus(limits.get("user_cap")),
+                edited=bool(limits.get("edited")),
             )
         )
     return rows

@@ -28,9 +28,11 @@ URL = "/api/v1/whatif/"
 CLUSTER = {"nodes": 2, "gpus_per_node": 4}
 #: The world's quotas as a run copies them: lab is capped at 6 GPUs, other has a quota row with no limit.
 QUOTAS = {
-    "lab": {"gpu_cap": 6, "guaranteed_gpus": 0, "user_cap": None},
-    "other": {"gpu_cap": None, "guaranteed_gpus": 0, "user_cap": None},
+    "lab": {"gpu_cap": 6, "guaranteed_gpus": 0, "user_cap": None, "edited": False},
+    "other": {"gpu_cap": None, "guaranteed_gpus": 0, "user_cap": None, "edited": False},
 }
+#: The same as the run row stores them: "edited" is only written for a changed tenant.
+STORED_QUOTAS = {slug: {k: v for k, v in q.items() if k != "edited"} for slug, q in QUOTAS.items()}
 
 
 @pytest.fixture
@@ -168,7 +170,7 @@ def test_what_is_left_out_is_the_live_cluster(
         "queued", ["tiresias-las"], "consolidate", "0",
     )  # fmt: skip
     assert (run.nodes, run.gpus_per_node, run.racks, run.since, run.until) == (2, 4, 1, None, None)  # n1 and n2
-    assert (run.layout, run.quotas) == ([[4, ""], [4, ""]], QUOTAS)  # a copy of them, with today's quotas
+    assert (run.layout, run.quotas) == ([[4, ""], [4, ""]], STORED_QUOTAS)  # a copy of them, with today's quotas
 
     Node.objects.filter(name="n1").update(rack="a")
     Node.objects.filter(name="n2").update(rack="b")
@@ -230,6 +232,10 @@ def test_a_live_cluster_with_no_live_node_is_a_400_on_cluster(
         ({"cluster": "uniform", "nodes": 1, "racks": 2}, "racks", "from 1 to the number of nodes (1)"),
         ({"apply_quotas": "maybe"}, "apply_quotas", "Must be a valid boolean."),
         ({"apply_quotas": None}, "apply_quotas", "This field may not be null."),
+        ({"quota_changes": {"lab": {"guaranteed_gpus": 8}}}, "quota_changes", "lab: the guarantee (8) cannot exceed"),
+        ({"quota_changes": {"nobody": {"gpu_cap": 8}}}, "quota_changes", "no tenant nobody"),
+        ({"quota_changes": {"lab": {}}, "apply_quotas": False}, "quota_changes", "need the tenants' quotas applied"),
+        ({"quota_changes": ["lab"]}, "quota_changes", 'Expected a dictionary of items but got type "list".'),
     ],
 )
 def test_bad_input_is_a_400_on_its_field(
@@ -378,11 +384,11 @@ def test_jobs_over_their_tenants_or_users_cap_are_skipped(
     Quota.objects.filter(tenant=world.other_tenant).update(gpu_limit=3)
     body = {"policies": ["fifo", "srsf+quota"], **CLUSTER}
     capped = staff.post(URL, body, format="json").json()
-    assert capped["quotas"]["other"] == {"gpu_cap": 3, "guaranteed_gpus": 0, "user_cap": None}
+    assert capped["quotas"]["other"] == {"gpu_cap": 3, "guaranteed_gpus": 0, "user_cap": None, "edited": False}
     # Then a cap of 1 GPU per member of lab: alice's 2-GPU resnet cannot run either, bob's 1-GPU gan can.
     Quota.objects.filter(tenant=world.tenant).update(user_gpu_limit=1)
     per_user = staff.post(URL, body, format="json").json()
-    assert per_user["quotas"]["lab"] == {"gpu_cap": 6, "guaranteed_gpus": 0, "user_cap": 1}
+    assert per_user["quotas"]["lab"] == {"gpu_cap": 6, "guaranteed_gpus": 0, "user_cap": 1, "edited": False}
     free = staff.post(URL, body | {"apply_quotas": False}, format="json").json()
 
     found = {}
@@ -397,3 +403,29 @@ def test_jobs_over_their_tenants_or_users_cap_are_skipped(
         assert all(p["jobs"] == done["jobs"] for p in results["policies"])
         found[name] = (done["jobs"], results["skipped"])
     assert found == {"capped": (2, 2), "per_user": (1, 3), "free": (4, 0)}
+
+
+def test_quota_changes_try_other_quotas_in_one_run_only(
+    staff: APIClient, world: World, history: dict[str, Job], schema: dict[str, Any]
+) -> None:
+    # lab's cap of 6 is lifted for this run (its 8-GPU llm can then run) and it gets 4 guaranteed GPUs; what the
+    # change leaves out (the per-user cap) stays as today, and `other` is not touched.
+    body = {"policies": ["fifo+quota"], "quota_changes": {"lab": {"gpu_cap": None, "guaranteed_gpus": 4}}, **CLUSTER}
+    response = staff.post(URL, body, format="json")
+    assert response.status_code == 201, response.json()
+    _conforms(schema, "/api/v1/whatif/", "post", response)
+    run = response.json()
+    assert run["quotas"] == {
+        "lab": {"gpu_cap": None, "guaranteed_gpus": 4, "user_cap": None, "edited": True},
+        "other": {"gpu_cap": None, "guaranteed_gpus": 0, "user_cap": None, "edited": False},
+    }
+    assert Quota.objects.get(tenant=world.tenant).gpu_limit == 6  # today's quota is unchanged
+    whatif_execute(run["id"])
+    done = staff.get(run["url"]).json()
+    assert (done["state"], done["jobs"], done["results"]["skipped"]) == ("done", 4, 0)
+
+    negative = staff.post(URL, body | {"quota_changes": {"lab": {"guaranteed_gpus": -1}}}, format="json")
+    assert negative.status_code == 400
+    assert negative.json()["quota_changes"] == {
+        "lab": {"guaranteed_gpus": ["Ensure this value is greater than or equal to 0."]}
+    }

@@ -15,16 +15,18 @@ from django.test import Client
 from portal.jobs.models import Job
 from portal.nodes.models import Node, NodeState
 from portal.tenants.models import Quota
+from scheduling.core.model import TenantLimits
 from scheduling.core.policies import POLICIES
 from scheduling.whatif.models import WhatIfRun
 from scheduling.whatif.selectors import ClusterShape
 from scheduling.whatif.services import ReplayCluster, whatif_create, whatif_execute
-from tests.factories import UserFactory
+from tests.factories import QuotaFactory, TenantFactory, UserFactory
 from tests.fixtures import World, register_node
 from tests.history import small_history
 
 HTMX = {"HTTP_HX_REQUEST": "true"}
 PLOTLY = "/static/vendor/plotly/plotly.min.js"
+KEYS = ("guaranteed_gpus", "gpu_cap", "user_cap")  # the quota table's columns, as the inputs are named
 
 
 @pytest.fixture
@@ -56,6 +58,33 @@ def _form(**overrides: object) -> dict[str, object]:
         "racks": "1",
     }
     return data | overrides
+
+
+def _quota_form(**quotas: object) -> dict[str, object]:
+    """The form with the quotas ticked and the quota table as the page fills it in today (lab: cap 6, other: no
+    limit); ``quotas`` overrides inputs by short name, e.g. ``lab_gpu_cap="8"``."""
+    inputs = {
+        "lab_guaranteed_gpus": "0",
+        "lab_gpu_cap": "6",
+        "lab_user_cap": "",
+        "other_guaranteed_gpus": "0",
+        "other_gpu_cap": "",
+        "other_user_cap": "",
+    }
+    return _form(apply_quotas="on") | {f"quota_{name}": value for name, value in (inputs | quotas).items()}
+
+
+def _quota_cells(page: str) -> dict[str, list[str]]:
+    """The form's quota table: each tenant's input values, in column order."""
+    table = page[page.index('data-testid="whatif-quota-inputs"') : page.index("</table>", page.index("quota-inputs"))]
+    rows = re.findall(r'<tr data-tenant="([^"]+)">(.*?)</tr>', table, re.S)
+    return {
+        tenant: [
+            (value.group(1) if (value := re.search(r'value="([^"]*)"', tag)) else "")
+            for tag in re.findall(r'<input type="number"[^>]*>', cells)
+        ]
+        for tenant, cells in rows
+    }
 
 
 def _done_run(root: AbstractBaseUser, policies: list[str]) -> WhatIfRun:
@@ -304,6 +333,117 @@ def test_a_runs_page_says_what_it_replayed_on_and_under_which_quotas(
         ("3 × 2 GPUs, count", "none"),
         ("live, 8 GPUs, count", "applied"),
     ]
+
+
+def test_the_form_shows_todays_quotas_to_edit(admin_client: Client, world: World, history: dict[str, Job]) -> None:
+    Quota.objects.filter(tenant=world.tenant).update(guaranteed_gpus=2, user_gpu_limit=3)
+    TenantFactory(slug="ml-team")  # no quota row at all: no limits; a slug with a hyphen
+    page = admin_client.get("/whatif/").content.decode()
+    assert "<th>Tenant</th><th>Guaranteed GPUs</th><th>GPU cap</th><th>Per-user cap</th>" in page
+    cells = _quota_cells(page)
+    assert cells == {"lab": ["2", "6", "3"], "ml-team": ["0", "", ""], "other": ["0", "", ""]}  # blank: no limit
+    assert "Pre-filled with today's quotas; change any to try other quotas in this replay only." in page
+    assert 'name="quota_lab_gpu_cap"' in page and 'aria-label="lab: GPU cap"' in page
+    # The table sits under the quotas' checkbox, and its inputs are not listed again among the other fields.
+    assert page.index('name="apply_quotas"') < page.index('data-testid="whatif-quota-inputs"')
+    assert page.count('name="quota_lab_gpu_cap"') == 1 and "lab: GPU cap</label>" not in page
+
+    # Posted back as shown, with one change: only that tenant is edited.
+    inputs = {f"{slug}_{key}": value for slug, row in cells.items() for key, value in zip(KEYS, row, strict=True)}
+    response = admin_client.post("/whatif/", _quota_form(**inputs | {"ml-team_user_cap": "2"}))
+    assert response.status_code == 302
+    assert WhatIfRun.objects.get().quotas == {
+        "lab": {"gpu_cap": 6, "guaranteed_gpus": 2, "user_cap": 3},
+        "ml-team": {"gpu_cap": None, "guaranteed_gpus": 0, "user_cap": 2, "edited": True},
+        "other": {"gpu_cap": None, "guaranteed_gpus": 0, "user_cap": None},
+    }
+
+
+def test_edited_quotas_are_replayed_and_marked_on_the_runs_page(
+    admin_client: Client, world: World, history: dict[str, Job]
+) -> None:
+    response = admin_client.post("/whatif/", _quota_form(lab_guaranteed_gpus="4", lab_gpu_cap="8"))
+    run = WhatIfRun.objects.get()
+    assert response.status_code == 302 and response["Location"] == f"/whatif/{run.pk}/"
+    assert run.quotas == {
+        "lab": {"gpu_cap": 8, "guaranteed_gpus": 4, "user_cap": None, "edited": True},
+        "other": {"gpu_cap": None, "guaranteed_gpus": 0, "user_cap": None},  # as today: not marked
+    }
+    page = admin_client.get(f"/whatif/{run.pk}/").content.decode()
+    setup = page[page.index('data-testid="whatif-setup"') : page.index("</section>", page.index("whatif-setup"))]
+    edited = re.search(r'<tr class="edited" data-testid="whatif-quota-edited">(.*?)</tr>', setup, re.S)
+    assert edited and edited.group(1) == (
+        '<td>lab <span class="tag">edited for this run</span></td><td>4</td><td>8</td><td>-</td>'
+    )
+    assert "Quotas of the day, with the edits marked." in setup and "when the run was asked for" not in setup
+    assert "Other tenants: no limits." in setup
+    assert re.search(
+        r"<td>2 × 4 GPUs, count</td>\s*<td>applied, edited</td>", admin_client.get("/whatif/").content.decode()
+    )
+
+
+def test_lifting_a_limit_and_adding_one_are_edits_too(
+    admin_client: Client, world: World, history: dict[str, Job]
+) -> None:
+    # A tenant added after the page was loaded has no inputs in the post: it keeps its quota, unmarked.
+    QuotaFactory(tenant=TenantFactory(slug="new-lab"), gpu_limit=2)
+    response = admin_client.post("/whatif/", _quota_form(lab_gpu_cap="", other_user_cap="2"))
+    assert response.status_code == 302
+    assert WhatIfRun.objects.get().quotas == {
+        "lab": {"gpu_cap": None, "guaranteed_gpus": 0, "user_cap": None, "edited": True},
+        "new-lab": {"gpu_cap": 2, "guaranteed_gpus": 0, "user_cap": None},
+        "other": {"gpu_cap": None, "guaranteed_gpus": 0, "user_cap": 2, "edited": True},
+    }
+    page = admin_client.get(response["Location"]).content.decode()
+    assert page.count("edited for this run") == 2  # lab lifted to no limit is still shown, marked
+
+
+@pytest.mark.parametrize(
+    ("inputs", "cell", "message"),
+    [
+        ({"lab_guaranteed_gpus": "7"}, "quota_lab_guaranteed_gpus", "Cannot exceed the GPU cap (6)."),
+        (
+            {"other_gpu_cap": "2", "other_guaranteed_gpus": "3"},
+            "quota_other_guaranteed_gpus",
+            "Cannot exceed the GPU cap (2).",
+        ),
+        ({"lab_gpu_cap": "-1"}, "quota_lab_gpu_cap", "Enter a whole number of at least 0."),
+        ({"other_user_cap": "two"}, "quota_other_user_cap", "Enter a whole number."),
+        ({"lab_guaranteed_gpus": "1.5"}, "quota_lab_guaranteed_gpus", "Enter a whole number."),
+    ],
+)
+def test_a_bad_quota_is_a_readable_error_in_its_cell(
+    admin_client: Client, history: dict[str, Job], inputs: dict[str, str], cell: str, message: str
+) -> None:
+    response = admin_client.post("/whatif/", _quota_form(**inputs))
+    assert response.status_code == 200
+    page = response.content.decode()
+    error = f'<span class="error" role="alert" id="id_{cell}_error">{re.escape(message)}</span>'
+    assert re.search(rf'<td><input type="number" name="{cell}"[^>]*>{error}</td>', page)  # in its cell
+    assert not WhatIfRun.objects.exists()
+    assert _quota_cells(page)["lab"][0] == inputs.get("lab_guaranteed_gpus", "0")  # the post is shown back as typed
+
+
+def test_unticked_quotas_ignore_the_edits(admin_client: Client, history: dict[str, Job]) -> None:
+    form = _quota_form(lab_guaranteed_gpus="9", lab_gpu_cap="8", other_user_cap="-3")  # even a bad one
+    del form["apply_quotas"]  # an unticked checkbox is not posted at all
+    response = admin_client.post("/whatif/", form)
+    assert response.status_code == 302
+    assert WhatIfRun.objects.get().quotas is None
+
+
+def test_a_refused_quota_change_is_said_under_the_quota_table(
+    admin_client: Client, world: World, history: dict[str, Job], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The form offers a tenant deleted since (read just before the service reads the quotas again).
+    today = {"gone": TenantLimits(), "lab": TenantLimits(gpu_cap=6), "other": TenantLimits()}
+    monkeypatch.setattr("portal.web.whatif_views.tenant_limits", lambda: today)
+    response = admin_client.post("/whatif/", _quota_form(gone_gpu_cap="4"))
+    assert response.status_code == 200
+    page = response.content.decode()
+    table = page[page.index('data-testid="whatif-quota-inputs"') : page.index("</div>", page.index("quota-inputs"))]
+    assert '<p class="error" role="alert">These quotas were refused: no tenant gone.</p>' in table
+    assert not WhatIfRun.objects.exists()
 
 
 def test_a_failed_run_says_why_in_one_sentence(admin_client: Client, root: AbstractBaseUser, world: World) -> None:

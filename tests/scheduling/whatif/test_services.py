@@ -305,3 +305,35 @@ def test_a_live_copy_needs_a_live_node_and_a_uniform_cluster_its_size(
         whatif_create(user=root, **_params(gpus_per_node=None))
     assert refusal.value.field == "gpus_per_node"
     assert not WhatIfRun.objects.exists()
+
+
+def test_quota_changes_replace_named_tenants_quotas_for_the_run_only(
+    root: AbstractBaseUser, history: dict[str, Job]
+) -> None:
+    lifted = {"lab": TenantLimits(gpu_cap=None, guaranteed_gpus=4), "other": TenantLimits()}  # other: as today
+    run = whatif_create(user=root, **_params(apply_quotas=True, quota_changes=lifted))
+    assert run.quotas == {
+        "lab": {"gpu_cap": None, "guaranteed_gpus": 4, "user_cap": None, "edited": True},
+        "other": {"gpu_cap": None, "guaranteed_gpus": 0, "user_cap": None},  # the same as today: not marked
+    }
+    assert Quota.objects.get(tenant__slug="lab").gpu_limit == 6
+    run = whatif_execute(run.pk)
+    assert run is not None and (run.jobs, run.results["skipped"]) == (4, 0)  # lab's 8-GPU job runs without its cap
+
+
+@pytest.mark.parametrize(
+    ("changes", "apply", "words"),
+    [
+        ({"nobody": TenantLimits()}, True, "no tenant nobody"),
+        ({"lab": TenantLimits(gpu_cap=2, guaranteed_gpus=3)}, True, "lab: the guarantee (3) cannot exceed the cap (2)"),
+        ({"lab": TenantLimits(user_cap=-1)}, True, "lab: GPU counts cannot be negative"),
+        ({"lab": TenantLimits()}, False, "quota changes need the tenants' quotas applied"),
+    ],
+)
+def test_quota_changes_that_cannot_be_applied_are_refused(
+    root: AbstractBaseUser, history: dict[str, Job], changes: dict[str, TenantLimits], apply: bool, words: str
+) -> None:
+    with pytest.raises(ValidationFailed) as refusal:
+        whatif_create(user=root, **_params(apply_quotas=apply, quota_changes=changes))
+    assert (refusal.value.field, refusal.value.message) == ("quota_changes", words)
+    assert not WhatIfRun.objects.exists()
