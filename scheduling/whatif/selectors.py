@@ -36,10 +36,6 @@ class ClusterShape:
     def total_gpus(self) -> int:
         return sum(gpus for gpus, _ in self.layout)
 
-    @property
-    def mixed(self) -> bool:
-        return len({gpus for gpus, _ in self.layout}) > 1
-
 
 def whatif_live_cluster() -> ClusterShape | None:
     """The nodes that are not down and have GPUs present, by name, with their GPU count and rack (one query); None

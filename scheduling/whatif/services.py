@@ -242,7 +242,10 @@ def _replay(run: WhatIfRun) -> tuple[int, dict[str, Any]]:
         raise WhatIfProblem(_sentence(f"the history could not be read as a trace: {exc}")) from None
     if not trace:
         raise WhatIfProblem(_sentence(NO_JOBS))
-    if not any(can_ever_run(job, cluster, tenants) for job in trace):
+    # Jobs over the cluster or their cap are skipped by every policy alike; "what really happened" leaves them out
+    # too, so it compares the same jobs.
+    replayable = [job for job in trace if can_ever_run(job, cluster, tenants)]
+    if not replayable:
         smallest = min(job.gpus for job in trace)
         capped = " or their tenant's quota allows" if any(job.gpus <= cluster.total_gpus for job in trace) else ""
         raise WhatIfProblem(
@@ -260,8 +263,7 @@ def _replay(run: WhatIfRun) -> tuple[int, dict[str, Any]]:
     skipped = records[0]["skipped"] if records else 0
     results = {
         "policies": records,
-        # The same jobs as the replays: a job skipped there (over the cluster or its cap) is left out here too.
-        "observed": observed([job for job in trace if can_ever_run(job, cluster, tenants)]),
+        "observed": observed(replayable),
         "skipped": skipped,
         "figures": merge_figures(figures, live_policy=run.live_policy),
     }
