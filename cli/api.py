@@ -90,6 +90,33 @@ class Node(TypedDict):
     gpus: list[Gpu]
 
 
+class Tenant(TypedDict):
+    """One tenant as ``GET /api/v1/tenants/`` lists it; the fair-share fields are null when fair share is off."""
+
+    slug: str
+    name: str
+    guaranteed_gpus: int
+    gpu_cap: int | None
+    user_cap: int | None
+    gpus_held: int
+    borrowed: int
+    running_jobs: int
+    pending_jobs: int
+    usage_gpu_hours: float | None
+    ratio: float | None
+    borrow_order: int | None
+    tenant_count: int | None
+
+
+class TenantOverview(TypedDict):
+    """``GET /api/v1/tenants/``: the live policy, whether its quota layer is on, fair share's half-life."""
+
+    policy: str
+    quota_layer: bool
+    half_life_hours: float | None
+    tenants: list[Tenant]
+
+
 @dataclass(frozen=True, slots=True)
 class LogChunk:
     """Bytes of a job's log from some offset, where to ask next, and the job's state when the chunk was read."""
@@ -212,6 +239,12 @@ class Client:
 
     def list_nodes(self) -> list[Node]:
         return cast(list[Node], list(self._paginate("/api/v1/nodes/", [], None)))
+
+    def tenant_overview(self) -> TenantOverview:
+        body = self._json("GET", "/api/v1/tenants/")
+        if not isinstance(body, dict) or not isinstance(body.get("tenants"), list):
+            raise CliError(f"the portal at {self.url} sent an unexpected answer for /api/v1/tenants/")
+        return cast(TenantOverview, body)
 
     # -- plumbing ----------------------------------------------------------------------------------------------
 

@@ -1,4 +1,5 @@
-"""The user-facing ``corral`` commands that talk to a portal: login, submit, jobs, show, logs, cancel, nodes, history.
+"""The user-facing ``corral`` commands that talk to a portal: login, submit, jobs, show, logs, cancel, nodes, tenants,
+history.
 
 Each command parses its arguments, makes one or two calls through :class:`cli.api.Client`, and renders the answer
 with :mod:`cli.render` (a rich table for people, ``--json`` for scripts). Every failure arrives as a
@@ -40,7 +41,7 @@ JsonFlag = Annotated[bool, typer.Option("--json", help="Print the portal's JSON 
 
 def register(app: typer.Typer) -> None:
     """Add the portal commands to the ``corral`` app (called by ``cli.main``)."""
-    for fn in (login, logout, submit, jobs, show, logs, cancel, nodes, history):
+    for fn in (login, logout, submit, jobs, show, logs, cancel, nodes, tenants, history):
         app.command(fn.__name__)(fn)
 
 
@@ -367,6 +368,23 @@ def nodes(as_json: JsonFlag = False) -> None:
         typer.echo("No nodes.")
         return
     render.emit(render.nodes_table(found))
+
+
+# -- tenants ---------------------------------------------------------------------------------------------------
+
+
+@_friendly
+def tenants(as_json: JsonFlag = False) -> None:
+    """Your tenants: quota, GPUs held and borrowed, and their place in the fair-share order of borrowing."""
+    with _client() as client:
+        overview = client.tenant_overview()
+    if as_json:
+        render.print_json(overview)
+        return
+    if not overview["tenants"]:
+        typer.echo("You belong to no tenant.")
+        return
+    render.emit(render.tenants_table(overview), render.fair_share_line(overview))
 
 
 # -- history ---------------------------------------------------------------------------------------------------

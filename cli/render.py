@@ -19,7 +19,7 @@ from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from cli.api import TERMINAL_STATES, Gpu, Job, JobEvent, Node
+from cli.api import TERMINAL_STATES, Gpu, Job, JobEvent, Node, TenantOverview
 from cli.durations import format_duration
 
 STATE_STYLES = {"pending": "yellow", "running": "cyan", "succeeded": "green", "failed": "red", "cancelled": "magenta"}
@@ -157,6 +157,57 @@ def nodes_table(nodes: Sequence[Node]) -> Table:
             )
             node_cells = ["", "", ""]  # the node's columns on its first GPU row only, so nodes read as groups
     return table
+
+
+def tenants_table(overview: TenantOverview) -> Table:
+    """One row per tenant: its quota, what it holds and borrows now, and (fair share on) where it stands."""
+    fair = overview["half_life_hours"] is not None
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    columns = ["TENANT", "GUARANTEED", "CAP", "USER CAP", "HELD", "BORROWED", "RUNNING", "PENDING"]
+    if fair:
+        columns += ["USAGE (GPU-H)", "VS SHARE", "BORROWS"]
+    for column in columns:
+        table.add_column(column, justify="left" if column == "TENANT" else "right", no_wrap=True)
+    for tenant in overview["tenants"]:
+        cells = [
+            tenant["slug"],
+            str(tenant["guaranteed_gpus"]),
+            _limit(tenant["gpu_cap"]),
+            _limit(tenant["user_cap"]),
+            str(tenant["gpus_held"]),
+            str(tenant["borrowed"]),
+            str(tenant["running_jobs"]),
+            str(tenant["pending_jobs"]),
+        ]
+        if fair:
+            ratio, order = tenant["ratio"], tenant["borrow_order"]
+            cells += [
+                f"{tenant['usage_gpu_hours'] or 0:,.1f}",
+                "no share" if ratio is None else f"{ratio:.2f}x",
+                "" if order is None else f"{order} of {tenant['tenant_count']}",
+            ]
+        table.add_row(*cells)
+    return table
+
+
+def fair_share_line(overview: TenantOverview) -> Text:
+    """Under the table: whether guarantees and fair share are in effect under the live policy, and how."""
+    policy, half_life = overview["policy"], overview["half_life_hours"]
+    if not overview["quota_layer"]:
+        return Text(
+            f"The live policy {policy} has no +quota layer: guarantees, borrowing and fair share are not in effect.",
+            style="yellow",
+        )
+    if half_life is None:
+        return Text(f"Live policy {policy}; fair share is off: idle GPUs are lent in the policy's order.")
+    return Text(
+        f"Live policy {policy}; idle GPUs are lent first to the tenants that used the least of their share "
+        f"(usage half-life {half_life:g} h)."
+    )
+
+
+def _limit(value: int | None) -> str:
+    return "-" if value is None else str(value)
 
 
 def _state(job: Job, *, with_cancel: bool = False) -> Text:

@@ -201,6 +201,9 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 #: Scheduling policy and placement model used by the live loop (names from scheduling.core).
 CORRAL_POLICY: str = env.str("CORRAL_POLICY", default="fifo")
 CORRAL_PLACEMENT: str = env.str("CORRAL_PLACEMENT", default="topology")
+#: Fair share: the half-life (hours) of the usage history that orders who borrows idle quota first under a
+#: ``+quota`` policy (docs/scheduling.md). A week, as Slurm's default; 0 turns fair share off.
+CORRAL_FAIR_SHARE_HALF_LIFE_HOURS: float = env.float("CORRAL_FAIR_SHARE_HALF_LIFE_HOURS", default=168.0)
 #: Seconds between agent heartbeats, and after which a silent node is marked down and its jobs requeued.
 CORRAL_HEARTBEAT_INTERVAL: float = env.float("CORRAL_HEARTBEAT_INTERVAL", default=2.0)
 CORRAL_NODE_TIMEOUT: float = env.float("CORRAL_NODE_TIMEOUT", default=30.0)

@@ -2,7 +2,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
-from portal.api import agent_views, history_views, usage_views, views, whatif_views
+from portal.api import agent_views, history_views, tenant_views, usage_views, views, whatif_views
 from telemetry import api as telemetry_api
 
 router = DefaultRouter()
@@ -18,6 +18,7 @@ urlpatterns = [
     path("agent/samples/", telemetry_api.SamplesView.as_view(), name="agent-samples"),
     path("history/trace/", history_views.HistoryTraceView.as_view(), name="history-trace"),
     path("usage/", usage_views.UsageView.as_view(), name="usage"),
+    path("tenants/", tenant_views.TenantListView.as_view(), name="tenant-list-api"),
     path("telemetry/gpus/", telemetry_api.GpuTelemetryView.as_view(), name="telemetry-gpus"),
     path("telemetry/alerts/", telemetry_api.AlertListView.as_view(), name="telemetry-alerts"),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),

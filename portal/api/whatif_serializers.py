@@ -22,7 +22,7 @@ from scheduling.core.policies import POLICIES, QUOTA_SUFFIX
 from scheduling.whatif.models import WhatIfRun, WhatIfState
 from scheduling.whatif.results import observed_row, table_rows
 from scheduling.whatif.selectors import ClusterShape
-from scheduling.whatif.services import MAX_GPUS_PER_NODE, MAX_NODES, ReplayCluster
+from scheduling.whatif.services import MAX_GPUS_PER_NODE, MAX_HALF_LIFE_HOURS, MAX_NODES, ReplayCluster
 from scheduling.whatif.setup import cluster_text, is_live_copy
 
 #: The browser form's default overhead (and the model's): a preempted job resumes at no cost.
@@ -117,6 +117,15 @@ class WhatIfRequestSerializer(serializers.Serializer[dict[str, Any]]):
         help_text='Other quotas to try in this run only, by tenant slug, e.g. `{"lab": {"guaranteed_gpus": 16}}`: '
         "each replaces that tenant's quota of today (what it leaves out stays as today). Needs `apply_quotas`.",
     )
+    fair_share_half_life_hours = serializers.FloatField(
+        required=False,
+        allow_null=True,
+        min_value=0,
+        max_value=MAX_HALF_LIFE_HOURS,
+        help_text="Replay `+quota` policies with fair share: idle GPUs go first to the tenants that used the least "
+        "of their share, usage counted from the start of the window with this half-life (hours). 0 or null: no "
+        "fair share. Default: the live `CORRAL_FAIR_SHARE_HALF_LIFE_HOURS`.",
+    )
     since = serializers.DateTimeField(
         required=False,
         allow_null=True,
@@ -134,6 +143,7 @@ class WhatIfRequestSerializer(serializers.Serializer[dict[str, Any]]):
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         attrs.setdefault("policies", [self.context["live_policy"]])
         attrs.setdefault("placement", self.context["live_placement"])
+        attrs.setdefault("fair_share_half_life_hours", self.context["half_life_hours"])
         if "quota_changes" in attrs:
             attrs["quota_changes"] = _over_today(attrs["quota_changes"], self.context["quotas"])
         shape: ClusterShape | None = self.context["cluster"]
@@ -300,6 +310,7 @@ class WhatIfRunSerializer(serializers.ModelSerializer[WhatIfRun]):
             "racks",
             "layout",
             "quotas",
+            "fair_share_half_life_hours",
             "jobs",
             "error",
             "results",
@@ -310,6 +321,9 @@ class WhatIfRunSerializer(serializers.ModelSerializer[WhatIfRun]):
             "nodes": {"help_text": "The nodes replayed (with `live`, the layout's count)."},
             "gpus_per_node": {"help_text": "GPUs of each node (with `live`, of the largest)."},
             "racks": {"help_text": "The racks the nodes are spread over (with `live`, the layout's distinct racks)."},
+            "fair_share_half_life_hours": {
+                "help_text": "The usage half-life (hours) `+quota` policies replayed fair share with; null: none."
+            },
         }
 
     @extend_schema_field(serializers.ChoiceField(choices=CLUSTERS))

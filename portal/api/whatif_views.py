@@ -63,6 +63,7 @@ class WhatIfViewSet(viewsets.GenericViewSet[WhatIfRun]):
                 "live_placement": settings.CORRAL_PLACEMENT,
                 "cluster": whatif_live_cluster(),
                 "quotas": tenant_limits(),
+                "half_life_hours": settings.CORRAL_FAIR_SHARE_HALF_LIFE_HOURS,
             },
         )
         params.is_valid(raise_exception=True)

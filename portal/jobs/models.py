@@ -182,6 +182,8 @@ class Allocation(models.Model):
                 fields=["gpu"], condition=Q(released_at__isnull=True), name="%(app_label)s_%(class)s_one_active_per_gpu"
             ),
         ]
+        # Fair share reads the allocations held now or released within its memory every round (tenant_usage).
+        indexes = [models.Index(fields=["released_at"], name="jobs_allocation_released")]
 
     def __str__(self) -> str:
         return f"job {self.job_id} on gpu {self.gpu_id}"

@@ -1,7 +1,7 @@
 from django.urls import path
 from django.views.generic import RedirectView
 
-from portal.web import views, whatif_views
+from portal.web import tenant_views, views, whatif_views
 
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="job-list", permanent=False)),
@@ -11,6 +11,7 @@ urlpatterns = [
     path("jobs/<int:job_id>/log/", views.job_log_view, name="job-log"),
     path("jobs/<int:job_id>/cancel/", views.job_cancel_view, name="job-cancel"),
     path("nodes/", views.node_list_view, name="node-list"),
+    path("tenants/", tenant_views.tenant_list_view, name="tenant-list"),
     path("whatif/", whatif_views.whatif_list_view, name="whatif"),
     path("whatif/<int:run_id>/", whatif_views.whatif_detail_view, name="whatif-detail"),
 ]

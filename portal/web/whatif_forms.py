@@ -22,7 +22,15 @@ from scheduling.core.model import TenantLimits
 from scheduling.core.placement import PLACEMENTS
 from scheduling.core.policies import POLICIES, QUOTA_SUFFIX
 from scheduling.whatif.selectors import ClusterShape
-from scheduling.whatif.services import MAX_GPUS_PER_NODE, MAX_NODES, OVERHEAD_RULE, ReplayCluster, parse_overhead
+from scheduling.whatif.services import (
+    HALF_LIFE_RULE,
+    MAX_GPUS_PER_NODE,
+    MAX_HALF_LIFE_HOURS,
+    MAX_NODES,
+    OVERHEAD_RULE,
+    ReplayCluster,
+    parse_overhead,
+)
 from scheduling.whatif.setup import layout_text
 
 WHOLE = {"invalid": "Enter a whole number.", "min_value": "Enter a whole number of at least %(limit_value)s."}
@@ -100,6 +108,20 @@ class WhatIfForm(forms.Form):
         help_text="Tenant and per-user GPU caps hold jobs back as they do live, and +quota policies lend idle "
         "guarantees and reclaim them. Untick to replay with no limits: every tenant may use the whole cluster.",
     )
+    fair_share_half_life_hours = forms.FloatField(
+        required=False,
+        min_value=0,
+        max_value=MAX_HALF_LIFE_HOURS,
+        label="Fair-share half-life (hours)",
+        help_text="Under +quota policies, idle GPUs go first to the tenants that used the least of their share, "
+        "counting usage from the start of the window with this half-life. Pre-filled with the live setting. "
+        "0 or empty: no fair share.",
+        error_messages={
+            "invalid": HALF_LIFE_RULE[:1].upper() + HALF_LIFE_RULE[1:] + ".",
+            "min_value": HALF_LIFE_RULE[:1].upper() + HALF_LIFE_RULE[1:] + ".",
+            "max_value": HALF_LIFE_RULE[:1].upper() + HALF_LIFE_RULE[1:] + ".",
+        },
+    )
 
     def __init__(
         self,
@@ -108,9 +130,11 @@ class WhatIfForm(forms.Form):
         live_placement: str,
         cluster: ClusterShape | None,
         quotas: Mapping[str, TenantLimits],
+        half_life_hours: float = 0.0,
         **kwargs: Any,
     ) -> None:  # the rest goes to Form as is
         super().__init__(*args, **kwargs)
+        self.fields["fair_share_half_life_hours"].initial = half_life_hours or None
         self.quotas = dict(sorted(quotas.items()))  # today's, by slug: the inputs' initial values and what an edit is
         self.quota_refusals: list[str] = []  # the service's refusals of the quota changes, shown under the table
         self._add_quota_fields()

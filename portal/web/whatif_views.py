@@ -55,6 +55,7 @@ def whatif_list_view(request: AuthenticatedHttpRequest) -> HttpResponse:
         live_placement=settings.CORRAL_PLACEMENT,
         cluster=whatif_live_cluster(),
         quotas=tenant_limits(),
+        half_life_hours=settings.CORRAL_FAIR_SHARE_HALF_LIFE_HOURS,
     )
     if request.method == "POST" and form.is_valid():
         try:

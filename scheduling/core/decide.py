@@ -26,7 +26,8 @@ def decide(
     """Decide which jobs to start (and where), which to preempt, and why every other pending job waits.
 
     Gang allocation: a job gets all its GPUs at once or none. Jobs that are neither pending nor running are
-    ignored. Short-only GPUs (``NodeView.short_only``) go only to jobs the placement model counts as short.
+    ignored. Short-only GPUs (``NodeView.short_only``) go only to jobs the placement model counts as short. With
+    the quota layer, ``snapshot.usage`` (when given) orders who borrows idle quota first.
     """
     pol = resolve_policy(policy)
     plc = resolve_placement(placement)
@@ -48,6 +49,7 @@ def decide(
         now=now,
         limits=snapshot.tenants,
         explain=True,
+        usage=snapshot.usage,
     )
     decision = Decision(
         start=tuple(result.start),

@@ -12,6 +12,9 @@ Two walks:
   ranked together; the best ones that fit the capacity are wanted, running jobs not wanted are preempted, and
   wanted pending jobs are placed. A preemption that freed GPUs nobody could use is undone, and GPUs still idle are
   backfilled, so the walk stays work-conserving under ``count`` placement.
+
+With the quota layer and a usage history, the GPUs the walk lends to borrowers are handed out again in fair-share
+order (:mod:`scheduling.core.fairshare`).
 """
 
 from __future__ import annotations
@@ -21,7 +24,18 @@ from dataclasses import dataclass, field
 from itertools import chain
 from operator import attrgetter
 
-from scheduling.core.model import JobId, JobState, JobView, Placement, TenantLimits, Wait, WaitReason, gpu_count
+from scheduling.core.fairshare import BorrowRank, borrow_ranks
+from scheduling.core.model import (
+    JobId,
+    JobState,
+    JobView,
+    Placement,
+    TenantLimits,
+    UsageHistory,
+    Wait,
+    WaitReason,
+    gpu_count,
+)
 from scheduling.core.placement import PlacementModel, Shape
 from scheduling.core.policies.base import Policy
 from scheduling.core.pool import FreePool
@@ -63,6 +77,7 @@ _DETAILS: dict[WaitReason, str] = {
     WaitReason.LOWER_PRIORITY: "needs {need}; higher-priority jobs hold or took them ({free} free)",
     WaitReason.NO_SCHEDULABLE_NODES: "needs {need}; no node accepts work",
     WaitReason.PREEMPTED: "lost its {need} to higher-priority jobs",
+    WaitReason.FAIR_SHARE: "needs {need}; tenants that used less of their share lately borrow first ({free} free)",
 }
 
 
@@ -77,6 +92,7 @@ def run_round(
     limits: Mapping[str, TenantLimits],
     explain: bool = True,
     pin_running: bool = False,
+    usage: UsageHistory | None = None,
 ) -> RoundResult:
     """Run one round.
 
@@ -89,6 +105,9 @@ def run_round(
     job would be kept, in order, within the capacity it already holds); the simulator uses it to skip re-ranking
     hundreds of running jobs on rounds where nothing could be preempted. Not valid with the quota layer, whose
     owner/borrower split reorders jobs.
+
+    ``usage`` turns on fair share for the quota layer: borrowers get idle quota in the order of their tenants'
+    decayed usage per guaranteed GPU. Policies without the quota layer ignore it.
     """
     ledger = Ledger(limits)
     if ledger.active:
@@ -98,7 +117,10 @@ def run_round(
     if needs_preemptive_walk(policy):
         if pin_running and policy.guarantees:
             raise ValueError("pin_running cannot be used with the quota layer")
-        _preemptive_walk(ordered, running, pool, ledger, placement, policy, now, limits, explain, result, pin_running)
+        ranks = borrow_ranks(usage, limits) if usage is not None and policy.guarantees else None
+        _preemptive_walk(
+            ordered, running, pool, ledger, placement, policy, now, limits, explain, result, pin_running, ranks
+        )
     else:
         _plain_walk(ordered, pool, ledger, placement, policy, explain, result)
     return result
@@ -175,9 +197,12 @@ def _preemptive_walk(
     explain: bool,
     result: RoundResult,
     pin_running: bool,
+    ranks: Mapping[str, BorrowRank] | None,
 ) -> None:
     waiting, start = result.waiting, result.start
     waits = _Waits()
+    jumped: set[JobId] = set()  # waiting borrowers the policy would have started, whose GPUs fair share lent on
+    borrowers: list[JobView] = []
 
     # 1. Running jobs that keep their GPUs whatever happens: inside their minimum quantum, on nodes outside the
     #    pool (their GPUs could not be reused), or, under a non-preemptive policy with the quota layer, jobs that
@@ -223,10 +248,10 @@ def _preemptive_walk(
             if job.id in pinned:
                 share.claim(job)
         owners_first: list[JobView] = []
-        borrowers: list[JobView] = []
         for job in candidates:
             (owners_first if share.claim(job) else borrowers).append(job)
         candidates = chain(owners_first, borrowers)
+    fair = ranks is not None and bool(borrowers)
 
     # 2. Want the best jobs that fit the capacity the movable jobs and the free GPUs make up together. Without
     #    explanations the walk stops once the capacity is used up; the rest of ``candidates`` stays unread.
@@ -250,13 +275,19 @@ def _preemptive_walk(
                 keep(job.id)
             else:
                 want(job)
-            if budget == 0 and not explain:
+            if budget == 0 and not explain and not fair:
                 break
         elif job.state != _RUNNING:
             if cap is not None:
                 waiting[job.id] = cap
             elif explain or budget:
                 pass_over(job)
+
+    # 2b. Fair share: the GPUs the walk gave to waiting borrowers, and those it would free from running borrowers,
+    #     go to the borrowers of the tenants with the least usage first.
+    if fair:
+        assert ranks is not None  # fair says so
+        budget = _lend_fairly(borrowers, ranks, budget, kept, wanted_pending, not_wanted, waiting, ledger, jumped)
 
     # 3. Preempt movable running jobs that were not kept (including any the walk stopped before reaching).
     preempted = [job for job in movable_jobs if job.id not in kept]
@@ -310,7 +341,63 @@ def _preemptive_walk(
         elif need <= pool.total_free:
             reason = WaitReason.NO_NODE_FITS
         elif need <= free_at_start:
-            reason = WaitReason.LOWER_PRIORITY
+            reason = WaitReason.FAIR_SHARE if job.id in jumped else WaitReason.LOWER_PRIORITY
         else:
             reason = WaitReason.NOT_ENOUGH_FREE_GPUS
         waiting[job.id] = ledger.cap_wait(job) or waits.get(reason, need, pool.total_free)
+
+
+_NO_SHARE: BorrowRank = (1, 0.0)
+
+
+def _lend_fairly(
+    borrowers: list[JobView],
+    ranks: Mapping[str, BorrowRank],
+    budget: int,
+    kept: set[JobId],
+    wanted: list[JobView],
+    passed: list[JobView],
+    waiting: dict[JobId, Wait],
+    ledger: Ledger,
+    jumped: set[JobId],
+) -> int:
+    """Hand the borrowers' part of the capacity out again, in fair-share order; returns the budget left.
+
+    The policy-order walk decided which running borrowers keep their GPUs; those stay kept, so fair share never
+    preempts a job the policy would keep. What the walk gave to waiting borrowers, plus what it left idle, is then
+    lent again to the waiting borrowers *and* the running borrowers the walk would preempt, in order of their
+    tenants' rank (the policy's order within one rank). A running borrower chosen here is spared; a waiting one the
+    policy would have started but fair share passed over is added to ``jumped``. ``wanted`` and ``passed`` are
+    rewritten in place: the owners' entries as the walk left them, then the borrowers in fair order.
+    """
+    ids = {job.id for job in borrowers}
+    lent = {job.id for job in wanted if job.id in ids}
+    for job in wanted:
+        if job.id in lent:
+            budget += job.gpus
+            ledger.remove(job)
+    owners_wanted = [job for job in wanted if job.id not in lent]
+    owners_passed = [job for job in passed if job.id not in ids]
+    contenders = [job for job in borrowers if job.id not in kept]  # waiting, and running ones the walk would preempt
+    chosen: list[JobView] = []
+    not_chosen: list[JobView] = []
+    for job in sorted(contenders, key=lambda job: ranks.get(job.tenant, _NO_SHARE)):
+        cap = ledger.cap_wait(job)
+        if cap is None and job.gpus <= budget:
+            budget -= job.gpus
+            ledger.add(job)
+            if job.state == _RUNNING:
+                kept.add(job.id)
+            else:
+                chosen.append(job)
+                waiting.pop(job.id, None)
+        elif job.state != _RUNNING:
+            if cap is not None:
+                waiting[job.id] = cap
+            else:
+                not_chosen.append(job)
+                if job.id in lent:
+                    jumped.add(job.id)
+    wanted[:] = owners_wanted + chosen
+    passed[:] = owners_passed + not_chosen
+    return budget

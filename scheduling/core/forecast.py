@@ -23,6 +23,7 @@ from enum import StrEnum
 from itertools import count
 
 from scheduling.core.engine import needs_preemptive_walk, run_round
+from scheduling.core.fairshare import UsageMeter
 from scheduling.core.model import JobId, JobState, JobView, Snapshot
 from scheduling.core.placement import PlacementModel, resolve_placement
 from scheduling.core.policies import resolve_policy
@@ -118,6 +119,10 @@ class _Forecast:
         self.first_start: dict[JobId, float] = {}
         self.plain_order: list[JobView] | None = None
         self.order_stale = False
+        # Fair share: tenants' usage goes on growing with the jobs the forecast runs, and decaying.
+        self.meter = (
+            UsageMeter.starting_from(snapshot.usage, now) if snapshot.usage is not None and policy.guarantees else None
+        )
         for job in snapshot.jobs:
             if job.state not in (JobState.PENDING, JobState.RUNNING):
                 continue
@@ -156,7 +161,7 @@ class _Forecast:
             while heap and heap[0][0] <= t:
                 end, _, job_id = heapq.heappop(heap)
                 if self.ends.get(job_id) == end:
-                    self._finish(job_id)
+                    self._finish(job_id, end)
             wakes = self.wakes
             while wakes and wakes[0][0] <= t:
                 _, _, job_id, stamp = heapq.heappop(wakes)
@@ -200,6 +205,7 @@ class _Forecast:
             now=t,
             limits=self.snapshot.tenants,
             explain=False,
+            usage=None if self.meter is None else self.meter.history(t),
         )
         for view in result.preempt:
             self._preempt(view.id, t)
@@ -215,6 +221,8 @@ class _Forecast:
 
     def _run(self, view: JobView, t: float) -> None:
         self.running[view.id] = view
+        if self.meter is not None:
+            self.meter.change(view.tenant, view.gpus, t)
         end = t + self.left[view.id]
         self.ends[view.id] = end
         if not math.isinf(end):
@@ -237,6 +245,8 @@ class _Forecast:
 
     def _preempt(self, job_id: JobId, t: float) -> None:
         job = self.running.pop(job_id)
+        if self.meter is not None:
+            self.meter.change(job.tenant, -job.gpus, t)
         ran = t - (job.service_at if job.service_at is not None else t)
         self.left[job_id] = max(0.0, self.left[job_id] - ran)
         del self.ends[job_id]
@@ -251,8 +261,10 @@ class _Forecast:
         )
         self._arm(view, t)
 
-    def _finish(self, job_id: JobId) -> None:
+    def _finish(self, job_id: JobId, t: float) -> None:
         job = self.running.pop(job_id)
+        if self.meter is not None:
+            self.meter.change(job.tenant, -job.gpus, t)
         del self.ends[job_id]
         self.stamp.pop(job_id, None)
         self.pool.give(job.allocation)

@@ -31,6 +31,8 @@ class WaitReason(StrEnum):
     PREEMPTED = "preempted"  # was running this round and lost its GPUs to a higher-priority job
     # A long job (no time limit, or one above what short-only GPUs take) that only short-only GPUs would hold.
     SHORT_JOBS_ONLY = "short_jobs_only"
+    # Would borrow idle quota, and fair share put other tenants' borrowers (less recent usage) ahead of it.
+    FAIR_SHARE = "fair_share"
 
     @property
     def label(self) -> str:
@@ -47,6 +49,7 @@ _REASON_LABELS: dict[WaitReason, str] = {
     WaitReason.NO_SCHEDULABLE_NODES: "Waiting: no node is up and accepting work.",
     WaitReason.PREEMPTED: "Preempted by a higher-priority job; waiting to resume.",
     WaitReason.SHORT_JOBS_ONLY: "Waiting for GPUs: the only free ones that would fit are cordoned (predicted to fail).",
+    WaitReason.FAIR_SHARE: "Queued to borrow idle GPUs: tenants that used less of their share lately borrow first.",
 }
 
 
@@ -137,12 +140,28 @@ class TenantLimits:
 
 
 @dataclass(frozen=True, slots=True)
+class UsageHistory:
+    """Fair share's input (:mod:`scheduling.core.fairshare`): each tenant's decayed usage in GPU-seconds as of
+    one instant, and the half-life (seconds) it decays with. Tenants not in ``usage`` used nothing that still
+    counts."""
+
+    half_life: float
+    usage: Mapping[str, float]
+
+    def __post_init__(self) -> None:
+        if not self.half_life > 0:
+            raise ValueError(f"the usage half-life must be positive, not {self.half_life}")
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     """Everything one scheduling round needs. Jobs are pending or running; finished jobs are not included."""
 
     nodes: tuple[NodeView, ...]
     jobs: tuple[JobView, ...]
     tenants: Mapping[str, TenantLimits] = field(default_factory=dict)
+    #: Decayed usage per tenant; with the quota layer it orders who borrows idle quota first. None: no fair share.
+    usage: UsageHistory | None = None
 
 
 @dataclass(frozen=True, slots=True)

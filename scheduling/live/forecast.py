@@ -73,13 +73,13 @@ def start_forecast_refresh(*, now: datetime | None = None) -> ForecastResult:
     """
     clock = time.perf_counter()
     began = timezone.now() if now is None else now
-    live = build_snapshot(now=began)
+    policy = live_policy(settings.CORRAL_POLICY)
+    live = build_snapshot(now=began, fair_share=policy.guarantees)
     now_ts = began.timestamp()
     predictor = _history()
     remaining: dict[JobId, float | None] = {
         job.id: remaining_run_time(job, now=now_ts, predictor=predictor) for job in live.snapshot.jobs
     }
-    policy = live_policy(settings.CORRAL_POLICY)
     jobs_in_system = len(live.snapshot.jobs)
     forecasts = forecast_starts(
         live.snapshot,

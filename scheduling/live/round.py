@@ -41,14 +41,10 @@ def scheduling_round() -> RoundResult | None:
             return None
         now = timezone.now()
         timed_out = jobs_enforce_time_limits(now=now)
-        live = build_snapshot(now=now)
+        policy = live_policy(settings.CORRAL_POLICY)
+        live = build_snapshot(now=now, fair_share=policy.guarantees)
         placement = resolve_placement(settings.CORRAL_PLACEMENT, short_limit=settings.CORRAL_CORDON_MAX_TIME_LIMIT)
-        decision = decide(
-            live.snapshot,
-            now=now.timestamp(),
-            policy=live_policy(settings.CORRAL_POLICY),
-            placement=placement,
-        )
+        decision = decide(live.snapshot, now=now.timestamp(), policy=policy, placement=placement)
         applied = apply_decision(decision, live)
         duration_ms = (time.perf_counter() - began) * 1000
         SchedulerRound.objects.create(

@@ -12,7 +12,7 @@ from datetime import datetime
 
 from portal.jobs.models import Allocation, Job
 from portal.nodes.models import Gpu, GpuHealth, Node, NodeState
-from portal.tenants.selectors import tenant_limits
+from portal.tenants.selectors import tenant_limits, usage_history
 from scheduling.core.model import GpuSlot, JobView, NodeView, Snapshot
 from scheduling.core.states import JobState
 
@@ -30,12 +30,13 @@ def _ts(value: datetime | None) -> float | None:
     return value.timestamp() if value is not None else None
 
 
-def build_snapshot(*, now: datetime) -> LiveSnapshot:
+def build_snapshot(*, now: datetime, fair_share: bool = False) -> LiveSnapshot:
     """Read nodes, free GPUs, pending and running jobs and tenant quotas as of ``now`` (the caller's clock).
 
     Soft-cordoned GPUs (predicted to fail) are offered as short-only: the placement built from
     ``CORRAL_CORDON_MAX_TIME_LIMIT`` gives them only to jobs with a time limit at most that long. Unhealthy GPUs
-    are never offered.
+    are never offered. ``fair_share`` (for policies with the quota layer) adds the tenants' decayed usage, unless
+    ``CORRAL_FAIR_SHARE_HALF_LIFE_HOURS`` is 0.
     """
     nodes = list(Node.objects.exclude(state=NodeState.DOWN).order_by("name"))
     taken = set(Allocation.objects.filter(released_at__isnull=True).values_list("gpu_id", flat=True))
@@ -99,7 +100,12 @@ def build_snapshot(*, now: datetime) -> LiveSnapshot:
             )
         )
     return LiveSnapshot(
-        snapshot=Snapshot(nodes=node_views, jobs=tuple(job_views), tenants=tenant_limits()),
+        snapshot=Snapshot(
+            nodes=node_views,
+            jobs=tuple(job_views),
+            tenants=tenant_limits(),
+            usage=usage_history(now=now) if fair_share else None,
+        ),
         nodes_by_name={n.name: n for n in nodes},
         gpu_index=gpu_index,
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, NoReturn
@@ -19,6 +20,7 @@ if TYPE_CHECKING:  # annotations only: the heavy modules are imported inside the
     from scheduling.core.model import TenantLimits
     from scheduling.core.preemption import PreemptionCost
     from scheduling.sim.report import Run
+    from scheduling.sim.setup import ReplaySetup
     from scheduling.sim.simulator import Cluster
     from scheduling.sim.trace import TraceJob
 
@@ -60,6 +62,15 @@ def simulate_command(
             readable=True,
         ),
     ] = None,
+    fair_share_half_life: Annotated[
+        float | None,
+        typer.Option(
+            "--fair-share-half-life",
+            min=0,
+            help="Hours: +quota policies lend idle quota to the tenant with the least decayed usage first (0: off). "
+            "Default: the --setup file's, else off.",
+        ),
+    ] = None,
     placement: Annotated[PlacementName, typer.Option("--placement", help="Where jobs go.")] = PlacementName.COUNT,
     racks: Annotated[int, typer.Option("--racks", min=1, help="Racks the nodes are spread over.")] = 1,
     preemption_overhead: Annotated[
@@ -83,8 +94,13 @@ def simulate_command(
     except (TraceError, OSError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
-    cluster, tenants = _cluster_and_quotas(setup, nodes, gpus_per_node, racks)
-    runs = _run_all(jobs, names, cluster, tenants, placement.value, overhead)
+    loaded = _cluster_and_quotas(setup, nodes, gpus_per_node, racks)
+    cluster, tenants = loaded.cluster, loaded.tenants
+    assert cluster is not None  # _cluster_and_quotas refuses a setup without one
+    half_life = loaded.usage_half_life
+    if fair_share_half_life is not None:
+        half_life = fair_share_half_life * 3600.0 if fair_share_half_life > 0 else None
+    runs = _run_all(jobs, names, cluster, tenants, placement.value, overhead, half_life)
     if as_json:
         typer.echo(json.dumps({"policies": {r.metrics.policy: r.metrics.summary() for r in runs}}, indent=2))
     else:
@@ -108,11 +124,9 @@ def _policy_names(requested: list[str], known: list[str]) -> list[str]:
     return list(dict.fromkeys(requested))
 
 
-def _cluster_and_quotas(
-    setup: Path | None, nodes: int | None, gpus_per_node: int | None, racks: int
-) -> tuple[Cluster, dict[str, TenantLimits]]:
-    """The cluster from --nodes/--gpus-per-node/--racks, else from --setup; the quotas from --setup (none
-    without). A setup that cannot be read ends the command with one line and exit status 2."""
+def _cluster_and_quotas(setup: Path | None, nodes: int | None, gpus_per_node: int | None, racks: int) -> ReplaySetup:
+    """The cluster from --nodes/--gpus-per-node/--racks, else from --setup; the quotas and fair-share half-life
+    from --setup (none without). A setup that cannot be read ends the command with one line and exit status 2."""
     from scheduling.sim.setup import ReplaySetup, read_setup
     from scheduling.sim.simulator import Cluster
 
@@ -125,10 +139,10 @@ def _cluster_and_quotas(
     if nodes is not None or gpus_per_node is not None:
         if nodes is None or gpus_per_node is None:
             _refuse("give both --nodes and --gpus-per-node")
-        return Cluster(nodes, gpus_per_node, racks), loaded.tenants
+        return replace(loaded, cluster=Cluster(nodes, gpus_per_node, racks))
     if loaded.cluster is None:
         _refuse("give --nodes and --gpus-per-node, or a --setup with a cluster")
-    return loaded.cluster, loaded.tenants
+    return loaded
 
 
 def _refuse(message: str) -> NoReturn:
@@ -143,6 +157,7 @@ def _run_all(
     tenants: dict[str, TenantLimits],
     placement: str,
     overhead: PreemptionCost,
+    usage_half_life: float | None,
 ) -> list[Run]:
     from tqdm import tqdm
 
@@ -162,6 +177,7 @@ def _run_all(
                 overhead=overhead,
                 tenants=tenants,
                 progress=bar.update,
+                usage_half_life=usage_half_life,
             )
         runs.append(Run(result, measure(result)))
     return runs

@@ -7,12 +7,15 @@ Two writers share the shape: a what-if run's row (``layout`` as ``[gpus, rack]``
 - ``layout``: the nodes, in order. Empty or absent: a uniform cluster from ``nodes``, ``gpus_per_node`` and
   ``racks`` (if given).
 - ``quotas``: ``{tenant: {"gpu_cap", "guaranteed_gpus", "user_cap"}}``, null or absent for none.
+- ``fair_share_half_life_hours``: the usage half-life fair share replays with (``+quota`` policies); null, 0 or
+  absent for none.
 
 Pure: no Django, so the CLI and the portal's worker read it alike.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,12 +32,25 @@ class SetupError(ValueError):
 class ReplaySetup:
     cluster: Cluster | None  # None: the JSON names no cluster (the caller's size is needed)
     tenants: dict[str, TenantLimits] = field(default_factory=dict)
+    usage_half_life: float | None = None  # seconds; None: no fair share
 
 
 def read_setup(data: object) -> ReplaySetup:
     """The setup ``data`` (parsed JSON) describes; raises :class:`SetupError`."""
     fields = _mapping(data, "the setup")
-    return ReplaySetup(cluster=_cluster(fields), tenants=_tenants(fields.get("quotas")))
+    return ReplaySetup(
+        cluster=_cluster(fields),
+        tenants=_tenants(fields.get("quotas")),
+        usage_half_life=_half_life(fields.get("fair_share_half_life_hours")),
+    )
+
+
+def _half_life(hours: object) -> float | None:
+    if hours is None or hours == 0:
+        return None
+    if not isinstance(hours, int | float) or isinstance(hours, bool) or not math.isfinite(hours) or hours < 0:
+        raise SetupError(f"fair_share_half_life_hours is {hours!r}, not a number of hours >= 0")
+    return float(hours) * 3600.0
 
 
 def _cluster(fields: Mapping[str, Any]) -> Cluster | None:

@@ -22,6 +22,7 @@ from operator import attrgetter
 from typing import Protocol
 
 from scheduling.core.engine import needs_preemptive_walk, run_round
+from scheduling.core.fairshare import UsageMeter
 from scheduling.core.model import FinishedJob, GpuSlot, JobState, JobView, TenantLimits
 from scheduling.core.placement import PlacementModel, resolve_placement
 from scheduling.core.policies import Key, Policy, resolve_policy
@@ -192,11 +193,14 @@ def simulate(
     tenants: Mapping[str, TenantLimits] | None = None,
     progress: Callable[[int], None] | None = None,
     observer: SimObserver | None = None,
+    usage_half_life: float | None = None,
 ) -> SimResult:
     """Replay ``trace`` under ``policy`` on ``cluster`` and return every job's outcome.
 
     ``policy`` may be a name (a fresh, history-free object) or an object, which then learns from this run.
-    ``progress`` is called with the number of jobs finished since its last call.
+    ``progress`` is called with the number of jobs finished since its last call. ``usage_half_life`` (seconds)
+    turns on fair share for a ``+quota`` policy: tenants' usage is metered from the replay itself, starting from
+    nothing, and orders who borrows idle quota first.
     """
     return _Simulation(
         trace,
@@ -207,6 +211,7 @@ def simulate(
         dict(tenants or {}),
         progress,
         observer,
+        usage_half_life,
     ).run()
 
 
@@ -249,8 +254,10 @@ class _Simulation:
         tenants: dict[str, TenantLimits],
         progress: Callable[[int], None] | None,
         observer: SimObserver | None = None,
+        usage_half_life: float | None = None,
     ) -> None:
         self.observer = observer
+        self.meter = UsageMeter(usage_half_life) if usage_half_life is not None and policy.guarantees else None
         self.policy = policy
         self.cluster = cluster
         self.placement = placement
@@ -337,6 +344,8 @@ class _Simulation:
     def _finish(self, job: _Job, now: float) -> None:
         view = job.view
         self.pool.give(view.allocation)
+        if self.meter is not None:
+            self.meter.change(view.tenant, -view.gpus, now)
         if self.observer is not None:
             self.observer.stopped(job.trace.job_id, view.allocation, now, finished=True)
             self.arrived.discard(job.index)
@@ -437,6 +446,7 @@ class _Simulation:
             limits=self.tenants,
             explain=False,
             pin_running=pin_running,
+            usage=None if self.meter is None else self.meter.history(now),
         )
         jobs = self.jobs
         for view in result.preempt:
@@ -495,6 +505,8 @@ class _Simulation:
             job.remaining += self.overhead.overhead(job.trace.gpus)
         job.run_start = now
         job.token += 1
+        if self.meter is not None:
+            self.meter.change(job.trace.tenant, job.trace.gpus, now)
         if job.first_start is None:
             job.first_start = now
         _remove(self.pend_sorted, job)
@@ -520,6 +532,8 @@ class _Simulation:
         job.token += 1  # its completion event is void now
         job.preemptions += 1
         view = job.view
+        if self.meter is not None:
+            self.meter.change(view.tenant, -view.gpus, now)
         if self.observer is not None:
             self.observer.stopped(job.trace.job_id, view.allocation, now, finished=False)
         _remove(self.run_sorted, job)

@@ -17,7 +17,7 @@ class WhatIfState(models.TextChoices):
 class WhatIfRun(models.Model):
     """One replay of the finished jobs submitted in ``[since, until)`` under each of ``policies``, on a copy of the
     live cluster's nodes (``layout``) or a uniform cluster of ``nodes`` x ``gpus_per_node`` GPUs, with the tenants'
-    quotas of the day (``quotas``) or none.
+    quotas of the day (``quotas``) or none, and fair share's usage half-life (``fair_share_half_life_hours``) or none.
 
     The layout and quotas are copied when the run is asked for, so a run replays what its page says it did even
     after nodes or quotas change. With a layout, ``nodes``, ``gpus_per_node`` and ``racks`` are the layout's count,
@@ -54,6 +54,11 @@ class WhatIfRun(models.Model):
         blank=True,
         help_text="The tenant quotas applied, {slug: {gpu_cap, guaranteed_gpus, user_cap}}, copied when the run was "
         "asked for; null: none applied.",
+    )
+    fair_share_half_life_hours = models.FloatField(
+        null=True,
+        blank=True,
+        help_text="Half-life of the usage history fair share replayed with (+quota policies); null: no fair share.",
     )
 
     state = models.CharField(max_length=16, choices=WhatIfState.choices, default=WhatIfState.QUEUED)

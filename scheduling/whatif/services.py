@@ -29,7 +29,7 @@ from scheduling.core.policies import POLICIES, QUOTA_SUFFIX
 from scheduling.core.preemption import PreemptionCost
 from scheduling.sim.metrics import measure
 from scheduling.sim.report import Figure, Run
-from scheduling.sim.setup import SetupError, read_setup
+from scheduling.sim.setup import ReplaySetup, SetupError, read_setup
 from scheduling.sim.simulator import Cluster, can_ever_run, simulate
 from scheduling.sim.trace import TraceError
 from scheduling.whatif.models import WhatIfRun, WhatIfState
@@ -49,6 +49,9 @@ NO_JOBS = "no finished jobs were submitted in this window"
 NO_LIVE_NODES = "no live node has GPUs now; choose a uniform cluster and give its size"
 UNIFORM_SIZE = "give the uniform cluster's size"
 OVERHEAD_RULE = "enter a number of seconds (0 or more) or helios"
+#: Ten years: a longer half-life is "never forget", which a number this large already says.
+MAX_HALF_LIFE_HOURS = 87_600.0
+HALF_LIFE_RULE = f"enter a number of hours from 0 (no fair share) to {MAX_HALF_LIFE_HOURS:.0f}"
 UNEXPECTED = "The replay stopped on an unexpected error; the worker's log has the details."
 #: A queued run nobody took for this long lost its message (the broker was down when it was asked for): send it
 #: again. A run still running after this long lost its worker (killed mid-replay; acks_late redelivers the message,
@@ -82,6 +85,7 @@ def whatif_create(
     racks: int = 1,
     apply_quotas: bool = False,
     quota_changes: Mapping[str, TenantLimits] | None = None,
+    fair_share_half_life_hours: float | None = None,
     since: datetime | None = None,
     until: datetime | None = None,
 ) -> WhatIfRun:
@@ -91,7 +95,8 @@ def whatif_create(
     ignored); ``uniform`` needs ``nodes`` and ``gpus_per_node``. ``apply_quotas`` copies every tenant's quota of
     now onto the run, so caps hold jobs back and ``+quota`` policies lend and reclaim guarantees as live.
     ``quota_changes`` replaces the quotas of the tenants it names (by slug) for this run only: "what if lab had 16
-    guaranteed GPUs"; each is marked ``edited`` on the run.
+    guaranteed GPUs"; each is marked ``edited`` on the run. ``fair_share_half_life_hours`` replays ``+quota``
+    policies with fair share (usage metered from the replay itself, with that half-life); None or 0: without.
 
     Refuses (``ValidationFailed``, field-scoped) unknown policies or placement, an overhead that is neither a number
     of seconds >= 0 nor ``helios``, a live cluster with no node, a uniform one out of bounds, ``until`` not after
@@ -124,6 +129,7 @@ def whatif_create(
         racks=racks,
         since=since,
         until=until,
+        half_life_hours=fair_share_half_life_hours,
     )
     if not whatif_window_has_jobs(since=since, until=until):
         raise ValidationFailed(NO_JOBS, field="since")
@@ -144,6 +150,7 @@ def whatif_create(
             racks=racks,
             layout=layout,
             quotas=quotas,
+            fair_share_half_life_hours=fair_share_half_life_hours or None,
         )
         transaction.on_commit(lambda: whatif_run.delay(run.pk), robust=True)
     return run
@@ -232,10 +239,13 @@ def _replay(run: WhatIfRun) -> tuple[int, dict[str, Any]]:
             racks=run.racks,
             since=run.since,
             until=run.until,
+            half_life_hours=run.fair_share_half_life_hours,
         )
     except ServiceError as refusal:
         raise WhatIfProblem(_sentence(refusal.message)) from None
-    cluster, tenants = replay_setup(run)
+    setup = replay_setup(run)
+    cluster, tenants = setup.cluster, setup.tenants
+    assert cluster is not None  # replay_setup refuses a row without one
     try:
         trace = list(job_history_trace(since=run.since, until=run.until))
     except TraceError as exc:
@@ -256,7 +266,15 @@ def _replay(run: WhatIfRun) -> tuple[int, dict[str, Any]]:
     records: list[dict[str, Any]] = []
     figures: list[list[Figure]] = []
     for name in run.policies:  # one replay in memory at a time: a 100k-job run holds 100k outcomes
-        result = simulate(trace, name, cluster=cluster, placement=run.placement, overhead=overhead, tenants=tenants)
+        result = simulate(
+            trace,
+            name,
+            cluster=cluster,
+            placement=run.placement,
+            overhead=overhead,
+            tenants=tenants,
+            usage_half_life=setup.usage_half_life,
+        )
         metrics = measure(result)
         records.append(policy_record(metrics))
         figures.append(policy_figures(Run(result, metrics)))
@@ -297,15 +315,16 @@ def _run_quotas(apply: bool, changes: Mapping[str, TenantLimits]) -> dict[str, d
     return quotas
 
 
-def replay_setup(run: WhatIfRun) -> tuple[Cluster, dict[str, TenantLimits]]:
-    """The cluster and tenant limits ``run`` replays with, read back from its row; raises ``WhatIfProblem`` for a
-    row no form would have written (a layout or quotas of the wrong shape)."""
+def replay_setup(run: WhatIfRun) -> ReplaySetup:
+    """The cluster, tenant limits and fair-share half-life ``run`` replays with, read back from its row; raises
+    ``WhatIfProblem`` for a row no form would have written (a layout or quotas of the wrong shape)."""
     stored = {
         "layout": run.layout,
         "quotas": run.quotas,
         "nodes": run.nodes,
         "gpus_per_node": run.gpus_per_node,
         "racks": run.racks,
+        "fair_share_half_life_hours": run.fair_share_half_life_hours,
     }
     try:
         setup = read_setup(stored)
@@ -315,7 +334,7 @@ def replay_setup(run: WhatIfRun) -> tuple[Cluster, dict[str, TenantLimits]]:
     assert cluster is not None  # the row always has nodes and gpus_per_node
     if cluster.nodes > MAX_NODES or cluster.gpus_per_node > MAX_GPUS_PER_NODE:
         raise WhatIfProblem(_sentence(f"the replayed cluster is larger than {MAX_NODES} nodes of {MAX_GPUS_PER_NODE}"))
-    return cluster, setup.tenants
+    return setup
 
 
 def _check(
@@ -328,9 +347,12 @@ def _check(
     racks: int,
     since: datetime | None,
     until: datetime | None,
+    half_life_hours: float | None,
 ) -> None:
     """The parameters' rules, shared by ``whatif_create`` and the replay (a row written some other way fails with
     the same words)."""
+    if half_life_hours is not None and not 0 <= half_life_hours <= MAX_HALF_LIFE_HOURS:
+        raise ValidationFailed(HALF_LIFE_RULE, field="fair_share_half_life_hours")
     if not policies:
         raise ValidationFailed("choose at least one policy", field="policies")
     unknown = [p for p in policies if p.removesuffix(QUOTA_SUFFIX) not in POLICIES]

@@ -35,7 +35,7 @@ from portal.nodes.services import node_token_issue
 from portal.tenants.models import Tenant
 from scheduling.live.forecast import start_forecast_refresh
 from tests.cli.conftest import Invoke
-from tests.factories import MembershipFactory, NodeFactory, TenantFactory, UserFactory
+from tests.factories import MembershipFactory, NodeFactory, QuotaFactory, TenantFactory, UserFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -313,6 +313,27 @@ def test_nodes(corral: Invoke, logged_in: Portal) -> None:
     assert "gpu-01" not in second and "free" in second
     nodes = json.loads(corral("nodes", "--json").stdout)
     assert [(n["name"], len(n["gpus"])) for n in nodes] == [("gpu-01", 2)]
+
+
+# -- tenants ---------------------------------------------------------------------------------------------------
+
+
+def test_tenants(corral: Invoke, logged_in: Portal, settings: Any) -> None:
+    QuotaFactory(tenant=logged_in.tenant, guaranteed_gpus=2, gpu_limit=4)
+    settings.CORRAL_POLICY = "fifo+quota"
+    result = corral("tenants")
+    assert result.exit_code == 0, result.output
+    row = next(line for line in result.stdout.splitlines() if line.startswith("vision"))
+    assert row.split() == ["vision", "2", "4", "-", "0", "0", "0", "0", "0.0", "0.00x", "1", "of", "1"]
+    assert "idle GPUs are lent first to the tenants that used the least of their share" in result.stdout
+    assert "(usage half-life 168 h)" in result.stdout
+    overview = json.loads(corral("tenants", "--json").stdout)
+    assert (overview["policy"], overview["quota_layer"], [t["slug"] for t in overview["tenants"]]) == (
+        "fifo+quota", True, ["vision"],
+    )  # fmt: skip
+    settings.CORRAL_POLICY = "fifo"
+    plain = " ".join(corral("tenants").stdout.split())
+    assert "has no +quota layer: guarantees, borrowing and fair share are not in effect" in plain
 
 
 # -- a running job, driven through the agent API -----------------------------------------------------------------

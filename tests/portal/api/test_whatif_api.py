@@ -236,6 +236,9 @@ def test_a_live_cluster_with_no_live_node_is_a_400_on_cluster(
         ({"quota_changes": {"nobody": {"gpu_cap": 8}}}, "quota_changes", "no tenant nobody"),
         ({"quota_changes": {"lab": {}}, "apply_quotas": False}, "quota_changes", "need the tenants' quotas applied"),
         ({"quota_changes": ["lab"]}, "quota_changes", 'Expected a dictionary of items but got type "list".'),
+        ({"fair_share_half_life_hours": -1}, "fair_share_half_life_hours", "greater than or equal to 0"),
+        ({"fair_share_half_life_hours": 87_601}, "fair_share_half_life_hours", "less than or equal to 87600"),
+        ({"fair_share_half_life_hours": "a week"}, "fair_share_half_life_hours", "A valid number is required."),
     ],
 )
 def test_bad_input_is_a_400_on_its_field(
@@ -429,3 +432,20 @@ def test_quota_changes_try_other_quotas_in_one_run_only(
     assert negative.json()["quota_changes"] == {
         "lab": {"guaranteed_gpus": ["Ensure this value is greater than or equal to 0."]}
     }
+
+
+def test_fair_share_follows_the_live_half_life_unless_the_request_names_one(
+    staff: APIClient,
+    history: dict[str, Job],
+    schema: dict[str, Any],
+    settings,  # noqa: ANN001
+) -> None:
+    response = staff.post(URL, {"policies": ["fifo+quota"]}, format="json")
+    assert response.status_code == 201, response.json()
+    assert response.json()["fair_share_half_life_hours"] == 168.0  # CORRAL_FAIR_SHARE_HALF_LIFE_HOURS' default
+    _conforms(schema, "/api/v1/whatif/", "post", response)
+    asked = staff.post(URL, {"fair_share_half_life_hours": 12}, format="json").json()
+    off = staff.post(URL, {"fair_share_half_life_hours": None}, format="json").json()
+    assert (asked["fair_share_half_life_hours"], off["fair_share_half_life_hours"]) == (12.0, None)
+    settings.CORRAL_FAIR_SHARE_HALF_LIFE_HOURS = 0
+    assert staff.post(URL, {}, format="json").json()["fair_share_half_life_hours"] is None

@@ -463,3 +463,29 @@ def test_plotly_js_is_served_from_the_installed_package(admin_client: Client) ->
     response = admin_client.get(PLOTLY)  # whitenoise, as in `make run` and production
     assert response.status_code == 200 and "javascript" in response["Content-Type"]
     response.close()
+
+
+def test_the_form_replays_fair_share_with_the_half_life_given(
+    admin_client: Client, root: AbstractBaseUser, history: dict[str, Job]
+) -> None:
+    page = admin_client.get("/whatif/").content.decode()
+    assert re.search(r'name="fair_share_half_life_hours" value="168\.0"', page)  # the live setting, pre-filled
+    admin_client.post("/whatif/", _form(fair_share_half_life_hours="24"))
+    admin_client.post("/whatif/", _form(fair_share_half_life_hours=""))
+    asked, off = WhatIfRun.objects.order_by("pk")
+    assert (asked.fair_share_half_life_hours, off.fair_share_half_life_hours) == (24.0, None)
+    said = admin_client.get(f"/whatif/{asked.pk}/").content.decode()
+    assert "counting usage from the start of the window with a half-life of 24 hours" in said
+    assert (
+        "No fair share: +quota policies lent idle GPUs in the policy"
+        in admin_client.get(f"/whatif/{off.pk}/").content.decode()
+    )
+
+
+@pytest.mark.parametrize("value", ["-1", "a week", "100000"])
+def test_a_bad_half_life_is_a_readable_error_next_to_it(
+    admin_client: Client, history: dict[str, Job], value: str
+) -> None:
+    page = admin_client.post("/whatif/", _form(fair_share_half_life_hours=value)).content.decode()
+    assert '<span class="error" role="alert">Enter a number of hours from 0 (no fair share) to 87600.' in page
+    assert not WhatIfRun.objects.exists()

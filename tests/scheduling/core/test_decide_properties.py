@@ -14,6 +14,7 @@ from scheduling.core import (
     TenantLimits,
     decide,
 )
+from scheduling.core.model import UsageHistory
 
 
 @st.composite
@@ -43,13 +44,19 @@ def snapshots(draw):
         "a": TenantLimits(gpu_cap=draw(st.sampled_from([None, 2, 4])), user_cap=draw(st.sampled_from([None, 2]))),
         "b": TenantLimits(guaranteed_gpus=draw(st.sampled_from([0, 4]))),
     }
-    return Snapshot(tuple(nodes), tuple(jobs), caps), set(free_ids)
+    usage = draw(
+        st.one_of(
+            st.none(),
+            st.builds(lambda a, b: UsageHistory(3600.0, {"a": a, "b": b}), st.floats(0, 1e6), st.floats(0, 1e6)),
+        )
+    )
+    return Snapshot(tuple(nodes), tuple(jobs), caps, usage=usage), set(free_ids)
 
 
 @settings(max_examples=200, deadline=None)
 @given(
     data=snapshots(),
-    policy=st.sampled_from(sorted(POLICIES)),
+    policy=st.sampled_from([*sorted(POLICIES), "fifo+quota", "tiresias-las+quota"]),
     placement=st.sampled_from(["count", "consolidate", "topology"]),
 )
 def test_decide_hands_out_only_free_gpus_once_and_explains_every_waiter(data, policy, placement):

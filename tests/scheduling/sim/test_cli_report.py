@@ -125,6 +125,7 @@ def test_a_setup_file_gives_the_nodes_and_quotas_of_a_portal_run(app, trace_file
         ("{not json", "Expecting property name"),
         ('{"layout": [{"gpus": "eight"}]}', "a node's gpus is 'eight', not a whole number"),
         ('{"quotas": {"a": {"gpu_cap": 2}}}', "give --nodes and --gpus-per-node, or a --setup with a cluster"),
+        ('{"nodes": 1, "gpus_per_node": 4, "fair_share_half_life_hours": -2}', "fair_share_half_life_hours is -2"),
     ],
 )
 def test_a_setup_that_cannot_be_used_is_refused_in_one_line(app, trace_file, tmp_path, content, words):
@@ -135,6 +136,28 @@ def test_a_setup_that_cannot_be_used_is_refused_in_one_line(app, trace_file, tmp
     )
     assert result.exit_code == 2 and words in result.output
     assert result.output.count("\n") == 1 and result.output.startswith("error: ")
+
+
+def test_fair_share_comes_from_the_setup_file_or_the_option(app, trace_file, tmp_path):
+    from scheduling.core.model import TenantLimits
+    from scheduling.sim.trace import read_trace
+
+    setup = tmp_path / "run.json"
+    quotas = {"a": {"guaranteed_gpus": 2}, "b": {"guaranteed_gpus": 2}}
+    setup.write_text(json.dumps({"nodes": 2, "gpus_per_node": 4, "quotas": quotas, "fair_share_half_life_hours": 0.1}))
+    base = ["simulate", "--trace", str(trace_file), "--policy", "fifo+quota", "--json", "--setup", str(setup)]
+    tenants = {"a": TenantLimits(guaranteed_gpus=2), "b": TenantLimits(guaranteed_gpus=2)}
+
+    def expected(half_life):
+        result = simulate(read_trace(trace_file), "fifo+quota", cluster=Cluster(2, 4), tenants=tenants,
+                          usage_half_life=half_life)  # fmt: skip
+        return measure(result).summary()
+
+    from_file = CliRunner().invoke(app, base)
+    assert json.loads(from_file.stdout)["policies"]["fifo+quota"] == expected(360.0)
+    off = CliRunner().invoke(app, [*base, "--fair-share-half-life", "0"])
+    assert json.loads(off.stdout)["policies"]["fifo+quota"] == expected(None)
+    assert expected(360.0) != expected(None)  # the trace is contended enough for the order of borrowers to matter
 
 
 def test_metrics_on_a_known_schedule():

@@ -88,8 +88,9 @@ traces = st.lists(
     placement=st.sampled_from(["count", "consolidate", "topology"]),
     overhead=st.sampled_from([PreemptionCost(), PreemptionCost.helios()]),
     quantum=st.sampled_from([0.0, 20.0]),
+    half_life=st.sampled_from([None, 200.0]),
 )
-def test_simulation_invariants(rows, nodes, per_node, mixed, policy_name, placement, overhead, quantum):
+def test_simulation_invariants(rows, nodes, per_node, mixed, policy_name, placement, overhead, quantum, half_life):
     trace = [
         TraceJob(f"j{i}", float(s), float(d), g, user=f"u{i % 3}", tenant="ab"[i % 2], model=("vgg16", "")[i % 2])
         for i, (s, d, g) in enumerate(rows)
@@ -105,7 +106,14 @@ def test_simulation_invariants(rows, nodes, per_node, mixed, policy_name, placem
     auditor = Auditor(cluster, {t.job_id: t.gpus for t in trace}, work_conserving)
 
     result = simulate(
-        trace, policy, cluster=cluster, placement=placement, overhead=overhead, tenants=tenants, observer=auditor
+        trace,
+        policy,
+        cluster=cluster,
+        placement=placement,
+        overhead=overhead,
+        tenants=tenants,
+        observer=auditor,
+        usage_half_life=half_life,  # fair share, for the +quota policies
     )
 
     # Every job that can run finishes exactly once; the rest are reported as skipped.

@@ -27,7 +27,7 @@ from scheduling.whatif.services import ReplayCluster, whatif_create, whatif_exec
 from scheduling.whatif.tasks import whatif_run
 from tests.concurrency import run_together
 from tests.fixtures import World, register_node
-from tests.history import T0
+from tests.history import T0, finished_job
 
 SUMMARY_KEYS = {"avg_jct", "median_jct", "p95_jct", "avg_queue", "makespan", "jobs", "preemptions", "clairvoyant"}
 
@@ -339,3 +339,44 @@ def test_quota_changes_that_cannot_be_applied_are_refused(
         whatif_create(user=root, **_params(apply_quotas=apply, quota_changes=changes))
     assert (refusal.value.field, refusal.value.message) == ("quota_changes", words)
     assert not WhatIfRun.objects.exists()
+
+
+def _contended_history(world: World) -> None:
+    """Lab ran alone on all 6 GPUs for a day; then lab and other each queued four 2-GPU jobs at the same moment
+    (other's shorter), more than their guarantees of 2: one of them borrows the 2 idle GPUs first."""
+    h = timedelta(hours=1)
+    finished_job(world.tenant, world.alice, name="early", gpus=6, state="succeeded", submitted=0 * h, started=0 * h,
+                 finished=24 * h)  # fmt: skip
+    for i in range(4):
+        finished_job(world.tenant, world.alice, name=f"lab{i}", gpus=2, state="succeeded", submitted=25 * h,
+                     started=25 * h, finished=26 * h)  # fmt: skip
+        finished_job(world.other_tenant, world.eve, name=f"other{i}", gpus=2, state="succeeded", submitted=25 * h,
+                     started=25 * h, finished=25.5 * h)  # fmt: skip
+    Quota.objects.update(guaranteed_gpus=2, gpu_limit=None)
+
+
+def test_fair_share_replays_with_the_half_life_the_run_was_asked_with(root: AbstractBaseUser, world: World) -> None:
+    _contended_history(world)
+    params = _params(policies=["fifo+quota"], nodes=1, gpus_per_node=6, apply_quotas=True)
+    fair = whatif_execute(whatif_create(user=root, fair_share_half_life_hours=24, **params).pk)
+    plain = whatif_execute(whatif_create(user=root, fair_share_half_life_hours=0, **params).pk)
+    assert fair is not None and plain is not None
+    assert (fair.fair_share_half_life_hours, plain.fair_share_half_life_hours) == (24, None)
+    tenants = {"lab": TenantLimits(guaranteed_gpus=2), "other": TenantLimits(guaranteed_gpus=2)}
+
+    def replayed(half_life: float | None) -> dict[str, object]:
+        kwargs = {"cluster": Cluster(1, 6), "placement": "count", "tenants": tenants, "usage_half_life": half_life}
+        return measure(simulate(_export(), "fifo+quota", **kwargs)).summary()  # type: ignore[arg-type]
+
+    summaries = [{k: run.results["policies"][0][k] for k in SUMMARY_KEYS} for run in (fair, plain)]
+    assert summaries == [replayed(24 * 3600.0), replayed(None)]
+    assert summaries[0] != summaries[1]  # other (no usage yet) borrowed first: its shorter jobs end sooner
+
+
+@pytest.mark.parametrize("hours", [-1.0, 87_601.0, float("nan"), float("inf")])
+def test_a_half_life_out_of_bounds_is_refused(root: AbstractBaseUser, history: dict[str, Job], hours: float) -> None:
+    with pytest.raises(ValidationFailed, match="number of hours from 0") as refusal:
+        whatif_create(user=root, fair_share_half_life_hours=hours, **_params())
+    assert refusal.value.field == "fair_share_half_life_hours"
+    run = whatif_execute(_queued(root, fair_share_half_life_hours=-1.0).pk)  # a row no form would write
+    assert run is not None and run.state == "failed" and run.error.startswith("Enter a number of hours from 0")
