@@ -3,48 +3,30 @@
 from __future__ import annotations
 
 import math
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 import pytest
 from django.utils import timezone
 
-from portal.jobs.models import Allocation, Job
+from portal.jobs.models import Job
 from portal.jobs.services import job_submit
-from portal.nodes.models import Gpu
 from portal.tenants.models import Quota
 from portal.tenants.selectors import tenant_usage, usage_history
-from scheduling.core.states import JobState
 from scheduling.live.forecast import start_forecast_refresh
 from scheduling.live.history import forget_policies
 from scheduling.live.round import scheduling_round
 from tests.fixtures import World
+from tests.portal.tenants.history import closed_form, held
 
 HOUR = 3600.0
-
-
-def held(world: World, user, gpus: int, start: datetime, end: datetime | None) -> Job:  # noqa: ANN001
-    """A job of ``user`` that held ``gpus`` GPUs from ``start`` to ``end`` (None: still holds them)."""
-    job = job_submit(user=user, command="past", gpus=gpus)
-    state = JobState.RUNNING if end is None else JobState.SUCCEEDED
-    Job.objects.filter(pk=job.pk).update(state=state.value, started_at=start, finished_at=end)
-    for gpu in Gpu.objects.filter(node=world.nodes[1]).order_by("index")[:gpus]:
-        alloc = Allocation.objects.create(job=job, attempt=1, gpu=gpu, node=gpu.node, rank=0)
-        Allocation.objects.filter(pk=alloc.pk).update(created_at=start, released_at=end)
-    return job
-
-
-def closed_form(gpus: int, start: datetime, end: datetime, now: datetime, half_life: float) -> float:
-    """GPU-seconds weighted by 2^-(age / half-life), integrated over [start, end]."""
-    age_end, age_start = (now - end).total_seconds(), (now - start).total_seconds()
-    return gpus * half_life / math.log(2) * (2 ** (-age_end / half_life) - 2 ** (-age_start / half_life))
 
 
 def test_usage_is_the_decayed_integral_of_the_gpus_each_tenant_held(world: World) -> None:
     now = timezone.now()
     day = timedelta(days=1)
-    held(world, world.alice, 2, now - 3 * day, now - 2 * day)
-    held(world, world.bob, 1, now - 10 * day, now - 9 * day)
-    held(world, world.eve, 3, now - day / 2, None)  # still running: counts up to now
+    held(world.alice, 2, now - 3 * day, now - 2 * day)
+    held(world.bob, 1, now - 10 * day, now - 9 * day)
+    held(world.eve, 3, now - day / 2, None)  # still running: counts up to now
     got = tenant_usage(now=now, half_life=day.total_seconds())
     h = day.total_seconds()
     lab = closed_form(2, now - 3 * day, now - 2 * day, now, h) + closed_form(1, now - 10 * day, now - 9 * day, now, h)
@@ -54,13 +36,13 @@ def test_usage_is_the_decayed_integral_of_the_gpus_each_tenant_held(world: World
 
 def test_a_job_held_for_thousands_of_half_lives_counts_without_underflow(world: World) -> None:
     now = timezone.now()
-    held(world, world.eve, 2, now - timedelta(days=200), None)  # 4,800 half-lives of an hour: e^-3300 in SQL
+    held(world.eve, 2, now - timedelta(days=200), None)  # 4,800 half-lives of an hour: e^-3300 in SQL
     assert tenant_usage(now=now, half_life=HOUR)["other"] == pytest.approx(2 * HOUR / math.log(2))
 
 
 def test_allocations_beyond_the_decays_memory_are_not_read(world: World) -> None:
     now = timezone.now()
-    held(world, world.alice, 1, now - timedelta(days=400), now - timedelta(days=399))
+    held(world.alice, 1, now - timedelta(days=400), now - timedelta(days=399))
     assert tenant_usage(now=now, half_life=HOUR) == {}
 
 
@@ -86,7 +68,7 @@ def quota_policy(world: World, settings):  # noqa: ANN001, ANN201
 def contend(world: World) -> tuple[list[Job], list[Job]]:
     """Lab worked two GPUs for a day until an hour ago; now each tenant asks for its share and two jobs more."""
     now = timezone.now()
-    held(world, world.alice, 2, now - timedelta(hours=25), now - timedelta(hours=1))
+    held(world.alice, 2, now - timedelta(hours=25), now - timedelta(hours=1))
     lab = [job_submit(user=world.alice, command=f"lab{i}", gpus=2) for i in range(3)]
     other = [job_submit(user=world.eve, command=f"other{i}", gpus=2) for i in range(3)]
     return lab, other
