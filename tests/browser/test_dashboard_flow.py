@@ -1,6 +1,6 @@
 """The demo user's dashboard in a real browser, after a job has really run: the Dashboard link in the menu, the
 tenant's row in the per-tenant table, plotly charts drawn from the embedded figures, the live fragment swapped in
-and its charts drawn again, and no error in the console.
+and its charts drawn again, the Tenants page, and no error in the console.
 
 Debian's chromium driven by Playwright, against the real worker, beat and agents of tests/e2e/harness.py; skipped,
 with the reason, when chromium is missing or the e2e stack cannot run.
@@ -62,5 +62,12 @@ def test_member_reads_the_dashboard_after_a_job_ran(page: Any, corral_stack: Sta
     expect(drawn.first).to_be_visible()
     assert page.evaluate("window.__corralNoReload === true"), "the page reloaded instead of swapping its fragment"
     assert page.locator("#dashboard .js-plotly-plot").count() == page.locator("#dashboard [data-chart]").count()
+
+    # The Tenants page: the member's tenant, what it holds now (the job is over), and its recent usage.
+    page.locator("header nav").get_by_role("link", name="Tenants").click()
+    expect(page).to_have_url(re.compile(r"/tenants/$"))
+    row = page.locator(f"[data-testid=tenant-table] tr[data-tenant={TENANT}]")
+    expect(row.locator("[data-testid=tenant-held]")).to_have_text("no GPUs")
+    expect(row).to_contain_text("GPU-hours")
 
     assert not errors, "\n".join(errors)

@@ -6,6 +6,7 @@ import math
 from datetime import timedelta
 
 import pytest
+from django.test import Client
 from django.utils import timezone
 
 from portal.jobs.models import Job
@@ -79,7 +80,7 @@ def states(jobs: list[Job]) -> list[str]:
 
 
 @pytest.mark.usefixtures("quota_policy")
-def test_the_tenant_that_used_less_borrows_the_idle_gpus_first(world: World) -> None:
+def test_the_tenant_that_used_less_borrows_the_idle_gpus_first(world: World, client: Client) -> None:
     lab, other = contend(world)
     result = scheduling_round()
     assert result is not None and result.started == 4
@@ -89,6 +90,9 @@ def test_the_tenant_that_used_less_borrows_the_idle_gpus_first(world: World) -> 
     waiting = Job.objects.get(pk=lab[1].pk)
     assert waiting.reason_code == "fair_share"
     assert "used less of their share" in waiting.reason
+    client.force_login(world.alice)
+    page = client.get(f"/jobs/{waiting.pk}/").content.decode()
+    assert "used less of their share" in page and 'href="/tenants/" data-testid="job-reason-tenants"' in page
 
 
 @pytest.mark.usefixtures("quota_policy")
