@@ -19,10 +19,11 @@ from rest_framework import serializers
 from scheduling.core.model import TenantLimits
 from scheduling.core.placement import PLACEMENTS
 from scheduling.core.policies import POLICIES, QUOTA_SUFFIX
+from scheduling.sim.setup import MAX_HALF_LIFE_HOURS
 from scheduling.whatif.models import WhatIfRun, WhatIfState
 from scheduling.whatif.results import observed_row, table_rows
 from scheduling.whatif.selectors import ClusterShape
-from scheduling.whatif.services import MAX_GPUS_PER_NODE, MAX_HALF_LIFE_HOURS, MAX_NODES, ReplayCluster
+from scheduling.whatif.services import MAX_GPUS_PER_NODE, MAX_NODES, ReplayCluster
 from scheduling.whatif.setup import cluster_text, is_live_copy
 
 #: The browser form's default overhead (and the model's): a preempted job resumes at no cost.

@@ -21,11 +21,11 @@ from django.utils import timezone
 from scheduling.core.model import TenantLimits
 from scheduling.core.placement import PLACEMENTS
 from scheduling.core.policies import POLICIES, QUOTA_SUFFIX
+from scheduling.sim.setup import MAX_HALF_LIFE_HOURS
 from scheduling.whatif.selectors import ClusterShape
 from scheduling.whatif.services import (
     HALF_LIFE_RULE,
     MAX_GPUS_PER_NODE,
-    MAX_HALF_LIFE_HOURS,
     MAX_NODES,
     OVERHEAD_RULE,
     ReplayCluster,

@@ -82,6 +82,7 @@ def simulate_command(
     """Replay a job trace through the scheduling core under each policy and compare JCT, queueing and usage."""
     from scheduling.core.policies import POLICIES
     from scheduling.core.preemption import PreemptionCost
+    from scheduling.sim.setup import MAX_HALF_LIFE_HOURS
     from scheduling.sim.trace import TraceError, read_trace
 
     names = _policy_names(policy, list(POLICIES))
@@ -99,6 +100,8 @@ def simulate_command(
     assert cluster is not None  # _cluster_and_quotas refuses a setup without one
     half_life = loaded.usage_half_life
     if fair_share_half_life is not None:
+        if not 0 <= fair_share_half_life <= MAX_HALF_LIFE_HOURS:  # also refuses nan and inf
+            _refuse(f"--fair-share-half-life must be a number of hours from 0 to {MAX_HALF_LIFE_HOURS:.0f}")
         half_life = fair_share_half_life * 3600.0 if fair_share_half_life > 0 else None
     runs = _run_all(jobs, names, cluster, tenants, placement.value, overhead, half_life)
     if as_json:

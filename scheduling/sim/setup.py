@@ -15,13 +15,15 @@ Pure: no Django, so the CLI and the portal's worker read it alike.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from scheduling.core.model import TenantLimits
 from scheduling.sim.simulator import Cluster
+
+#: The longest fair-share half-life a replay takes: ten years, which already means "never forget".
+MAX_HALF_LIFE_HOURS = 87_600.0
 
 
 class SetupError(ValueError):
@@ -48,8 +50,10 @@ def read_setup(data: object) -> ReplaySetup:
 def _half_life(hours: object) -> float | None:
     if hours is None or hours == 0:
         return None
-    if not isinstance(hours, int | float) or isinstance(hours, bool) or not math.isfinite(hours) or hours < 0:
-        raise SetupError(f"fair_share_half_life_hours is {hours!r}, not a number of hours >= 0")
+    if not isinstance(hours, int | float) or isinstance(hours, bool) or not 0 <= hours <= MAX_HALF_LIFE_HOURS:
+        raise SetupError(
+            f"fair_share_half_life_hours is {hours!r}, not a number of hours from 0 to {MAX_HALF_LIFE_HOURS:.0f}"
+        )
     return float(hours) * 3600.0
 
 

@@ -29,7 +29,7 @@ from scheduling.core.policies import POLICIES, QUOTA_SUFFIX
 from scheduling.core.preemption import PreemptionCost
 from scheduling.sim.metrics import measure
 from scheduling.sim.report import Figure, Run
-from scheduling.sim.setup import ReplaySetup, SetupError, read_setup
+from scheduling.sim.setup import MAX_HALF_LIFE_HOURS, ReplaySetup, SetupError, read_setup
 from scheduling.sim.simulator import Cluster, can_ever_run, simulate
 from scheduling.sim.trace import TraceError
 from scheduling.whatif.models import WhatIfRun, WhatIfState
@@ -49,8 +49,6 @@ NO_JOBS = "no finished jobs were submitted in this window"
 NO_LIVE_NODES = "no live node has GPUs now; choose a uniform cluster and give its size"
 UNIFORM_SIZE = "give the uniform cluster's size"
 OVERHEAD_RULE = "enter a number of seconds (0 or more) or helios"
-#: Ten years: a longer half-life is "never forget", which a number this large already says.
-MAX_HALF_LIFE_HOURS = 87_600.0
 HALF_LIFE_RULE = f"enter a number of hours from 0 (no fair share) to {MAX_HALF_LIFE_HOURS:.0f}"
 UNEXPECTED = "The replay stopped on an unexpected error; the worker's log has the details."
 #: A queued run nobody took for this long lost its message (the broker was down when it was asked for): send it

@@ -125,7 +125,7 @@ def test_a_setup_file_gives_the_nodes_and_quotas_of_a_portal_run(app, trace_file
         ("{not json", "Expecting property name"),
         ('{"layout": [{"gpus": "eight"}]}', "a node's gpus is 'eight', not a whole number"),
         ('{"quotas": {"a": {"gpu_cap": 2}}}', "give --nodes and --gpus-per-node, or a --setup with a cluster"),
-        ('{"nodes": 1, "gpus_per_node": 4, "fair_share_half_life_hours": -2}', "fair_share_half_life_hours is -2"),
+        ('{"nodes": 1, "gpus_per_node": 4, "fair_share_half_life_hours": -2}', "half_life_hours is -2, not a number"),
     ],
 )
 def test_a_setup_that_cannot_be_used_is_refused_in_one_line(app, trace_file, tmp_path, content, words):
@@ -158,6 +158,11 @@ def test_fair_share_comes_from_the_setup_file_or_the_option(app, trace_file, tmp
     off = CliRunner().invoke(app, [*base, "--fair-share-half-life", "0"])
     assert json.loads(off.stdout)["policies"]["fifo+quota"] == expected(None)
     assert expected(360.0) != expected(None)  # the trace is contended enough for the order of borrowers to matter
+    for bad in ("nan", "inf", "100000", "-1"):  # typer refuses nan and -1 itself, with its usage box
+        refused = CliRunner().invoke(app, [*base, "--fair-share-half-life", bad])
+        assert refused.exit_code == 2 and "Traceback" not in refused.output, refused.output
+        if bad in ("inf", "100000"):
+            assert refused.output == "error: --fair-share-half-life must be a number of hours from 0 to 87600\n"
 
 
 def test_metrics_on_a_known_schedule():
