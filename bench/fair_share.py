@@ -65,6 +65,21 @@ def label(half_life: float | None) -> str:
     return "off" if half_life is None else f"{half_life / DAY:g} d"
 
 
+def simulated(
+    trace: Sequence[TraceJob], policy: str, gpus: int, half_life: float | None, observer: SwapCounter | None = None
+) -> SimResult:
+    """``trace`` under ``policy`` on nodes of 8 GPUs, each tenant guaranteed a quarter of them."""
+    return simulate(
+        trace,
+        policy,
+        cluster=Cluster(gpus // 8, 8),
+        placement="count",
+        tenants=quarter_each(gpus),
+        usage_half_life=half_life,
+        observer=observer,
+    )
+
+
 def replay(
     trace: Sequence[TraceJob], policy: str, gpus: int, half_life: float | None, repeat: int
 ) -> tuple[SimResult, float]:
@@ -72,14 +87,7 @@ def replay(
     times, result = [], None
     for _ in range(max(repeat, 1)):
         t0 = time.perf_counter()
-        result = simulate(
-            trace,
-            policy,
-            cluster=Cluster(gpus // 8, 8),
-            placement="count",
-            tenants=quarter_each(gpus),
-            usage_half_life=half_life,
-        )
+        result = simulated(trace, policy, gpus, half_life)
         times.append(time.perf_counter() - t0)
     assert result is not None
     return result, statistics.median(times)
@@ -115,15 +123,7 @@ class SwapCounter:
 
 def count_swaps(trace: Sequence[TraceJob], policy: str, gpus: int, half_life: float | None) -> int:
     counter = SwapCounter()
-    simulate(
-        trace,
-        policy,
-        cluster=Cluster(gpus // 8, 8),
-        placement="count",
-        tenants=quarter_each(gpus),
-        usage_half_life=half_life,
-        observer=counter,
-    )
+    simulated(trace, policy, gpus, half_life, observer=counter)
     return counter.swaps()
 
 
