@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from portal.dashboards.templatetags.dashboards import gpu_hours, percent
 from portal.tenants.overview import TenantRow, tenant_overview
+from scheduling.core.model import gpu_count
 from scheduling.core.policies import QUOTA_SUFFIX
 
 HOURS_PER_WEEK = 168.0
@@ -56,18 +57,14 @@ def half_life_words(hours: float) -> str:
     return _count(hours, "hour")
 
 
-def _gpus(n: int) -> str:
-    return _count(n, "GPU")
-
-
 def _held(row: TenantRow) -> str:
     if row.gpus_held == 0:
         return "no GPUs"
     if row.guaranteed_gpus == 0:
-        return f"{_gpus(row.gpus_held)}, all borrowed"
+        return f"{gpu_count(row.gpus_held)}, all borrowed"
     if row.borrowed == 0:
-        return f"{_gpus(row.gpus_held)}, within its guarantee"
-    return f"{_gpus(row.gpus_held)}: {row.in_guarantee} within its guarantee, borrows {row.borrowed}"
+        return f"{gpu_count(row.gpus_held)}, within its guarantee"
+    return f"{gpu_count(row.gpus_held)}: {row.in_guarantee} within its guarantee, borrows {row.borrowed}"
 
 
 def _ratio(ratio: float) -> str:

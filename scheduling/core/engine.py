@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from itertools import chain
 from operator import attrgetter
 
-from scheduling.core.fairshare import BorrowRank, borrow_ranks
+from scheduling.core.fairshare import NO_SHARE, BorrowRank, borrow_ranks
 from scheduling.core.model import (
     JobId,
     JobState,
@@ -347,9 +347,6 @@ def _preemptive_walk(
         waiting[job.id] = ledger.cap_wait(job) or waits.get(reason, need, pool.total_free)
 
 
-_NO_SHARE: BorrowRank = (1, 0.0)
-
-
 def _lend_fairly(
     borrowers: list[JobView],
     ranks: Mapping[str, BorrowRank],
@@ -381,7 +378,7 @@ def _lend_fairly(
     contenders = [job for job in borrowers if job.id not in kept]  # waiting, and running ones the walk would preempt
     chosen: list[JobView] = []
     not_chosen: list[JobView] = []
-    for job in sorted(contenders, key=lambda job: ranks.get(job.tenant, _NO_SHARE)):
+    for job in sorted(contenders, key=lambda job: ranks.get(job.tenant, NO_SHARE)):
         cap = ledger.cap_wait(job)
         if cap is None and job.gpus <= budget:
             budget -= job.gpus

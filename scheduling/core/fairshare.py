@@ -29,6 +29,8 @@ DEFAULT_HALF_LIFE = 7 * 86_400.0
 
 #: A tenant's place in the borrowing order: (holds no share, usage per guaranteed GPU). Smaller borrows first.
 BorrowRank = tuple[int, float]
+#: The rank of a tenant missing from both usage and limits: no share, no usage.
+NO_SHARE: BorrowRank = (1, 0.0)
 
 
 def decay_factor(elapsed: float, half_life: float) -> float:
