@@ -38,9 +38,9 @@ run: $(STAMP)
 	$(BIN)/python scripts/run_dev.py
 
 # Lint first (it needs no servers and fails fast), then the rest against PostgreSQL and Redis that
-# scripts/test_services.py starts on loopback and always tears down. It exports DATABASE_URL and REDIS_URL.
+# scripts/test_servers.py starts on loopback and always tears down. It exports DATABASE_URL and REDIS_URL.
 test: $(STAMP) lint
-	$(BIN)/python scripts/test_services.py -- $(MAKE) --no-print-directory test-in-services
+	$(BIN)/python scripts/test_servers.py -- $(MAKE) --no-print-directory test-in-services
 
 test-in-services:
 	@test -n "$$DATABASE_URL" -a -n "$$REDIS_URL" \
@@ -50,7 +50,7 @@ test-in-services:
 
 # For developers: start the same PostgreSQL and Redis, print the exports, wait for Ctrl-C.
 test-services: $(STAMP)
-	$(BIN)/python scripts/test_services.py --no-chromium
+	$(BIN)/python scripts/test_servers.py --no-chromium
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

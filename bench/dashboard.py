@@ -9,7 +9,7 @@ template), each the median of ``--repeat`` runs after one warm-up, with the numb
 
 Run on PostgreSQL (the production database)::
 
-    .venv/bin/python scripts/test_services.py --no-chromium -- .venv/bin/python bench/dashboard.py
+    .venv/bin/python scripts/test_servers.py --no-chromium -- .venv/bin/python bench/dashboard.py
 
 Without ``DATABASE_URL`` it runs on a throw-away SQLite file in a temporary directory (what ``make run`` uses).
 """
@@ -44,9 +44,9 @@ from portal.dashboards.selectors import WINDOWS, dashboard_get, window_of  # noq
 from portal.jobs.models import Allocation, Job  # noqa: E402
 from portal.nodes.models import Gpu  # noqa: E402
 from portal.nodes.services import GpuReport, node_register, node_token_issue  # noqa: E402
+from portal.scheduler.models import SchedulerRound  # noqa: E402
+from portal.telemetry.models import Rollup, RollupPeriod  # noqa: E402
 from portal.tenants.models import Membership, Tenant  # noqa: E402
-from scheduling.live.models import SchedulerRound  # noqa: E402
-from telemetry.models import Rollup, RollupPeriod  # noqa: E402
 
 NODES, GPUS_PER_NODE, TENANTS, USERS = 8, 8, 8, 96
 DAYS = 30

@@ -33,8 +33,8 @@ sys.path.insert(0, str(ROOT))
 
 from telemetry.csvio import read_labels, read_telemetry, write_labels, write_telemetry  # noqa: E402
 from telemetry.predict.alarms import EARLY_HORIZONS  # noqa: E402
+from telemetry.predict.estimators import ModelKind  # noqa: E402
 from telemetry.predict.evaluate import EvalConfig, EvaluationReport, evaluate  # noqa: E402
-from telemetry.predict.models import ModelKind  # noqa: E402
 from telemetry.synth import FleetConfig, generate  # noqa: E402
 
 

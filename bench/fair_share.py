@@ -16,7 +16,7 @@
 
 Run (PostgreSQL and Redis on loopback)::
 
-    .venv/bin/python scripts/test_services.py --no-chromium -- .venv/bin/python bench/fair_share.py --markdown
+    .venv/bin/python scripts/test_servers.py --no-chromium -- .venv/bin/python bench/fair_share.py --markdown
 
 ``--no-live`` skips part 3 (and Django altogether).
 """
@@ -240,8 +240,8 @@ def live(args: argparse.Namespace, raw: list[dict[str, object]]) -> tuple[list[l
     from django.utils import timezone
 
     from portal.jobs.models import Allocation
+    from portal.scheduler.snapshot import build_snapshot
     from portal.tenants.selectors import tenant_usage
-    from scheduling.live.snapshot import build_snapshot
 
     call_command("migrate", verbosity=0)
     now = timezone.now()

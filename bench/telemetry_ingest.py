@@ -17,7 +17,7 @@ cores could take).
 
 Run on PostgreSQL (the production database)::
 
-    .venv/bin/python scripts/test_services.py --no-chromium -- .venv/bin/python bench/telemetry_ingest.py
+    .venv/bin/python scripts/test_servers.py --no-chromium -- .venv/bin/python bench/telemetry_ingest.py
 
 Without ``DATABASE_URL`` it runs on a throw-away SQLite file in a temporary directory (no PostgreSQL CPU figure).
 """
@@ -46,7 +46,7 @@ from django.db import connection, connections  # noqa: E402
 from rest_framework.test import APIClient  # noqa: E402
 
 from portal.nodes.services import GpuReport, node_register, node_token_issue  # noqa: E402
-from telemetry.models import Sample  # noqa: E402
+from portal.telemetry.models import Sample  # noqa: E402
 from telemetry.sample import GpuSample  # noqa: E402
 
 GPUS_PER_NODE = 8

@@ -48,11 +48,11 @@ INSTALLED_APPS = [
     "portal.tenants",
     "portal.nodes",
     "portal.jobs",
-    "portal.web",
+    "portal.telemetry",
+    "portal.scheduler",
+    "portal.whatif",
     "portal.dashboards",
-    "scheduling.live",
-    "scheduling.whatif",
-    "telemetry",
+    "portal.web",
 ]
 
 MIDDLEWARE = [

@@ -105,9 +105,9 @@ def evaluate(
     """Train with sliding windows on the earlier history and report alarm precision/recall on the later part."""
     try:
         from telemetry.csvio import read_labels, read_telemetry
+        from telemetry.predict.estimators import ModelKind
         from telemetry.predict.evaluate import EvalConfig
         from telemetry.predict.evaluate import evaluate as run_evaluation
-        from telemetry.predict.models import ModelKind
 
         try:
             kind = ModelKind(model)

@@ -1,25 +1,36 @@
-"""The one filterset for jobs, shared by the API list and the htmx job table."""
+"""Filters every list endpoint may share (the per-model filtersets live with their apps)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import django_filters
-from django.db.models import QuerySet
-
-from portal.jobs.models import JOB_STATE_CHOICES, Job
-from telemetry.filters import StrictBooleanFilter
+from django import forms
+from django.core.exceptions import ValidationError
 
 
-class JobFilter(django_filters.FilterSet):
-    state = django_filters.MultipleChoiceFilter(choices=JOB_STATE_CHOICES)
-    tenant = django_filters.CharFilter(field_name="tenant__slug")
-    user = django_filters.CharFilter(field_name="user__username")
-    name = django_filters.CharFilter(field_name="name", lookup_expr="icontains")
-    # Strict: django-filter's own boolean reads ``?mine=yes`` as "not given" and lists everyone's jobs; this is a 400.
-    mine = StrictBooleanFilter(method="filter_mine", label="Only my jobs")
+class StrictBooleanField(forms.Field):
+    """``true``/``false`` (also ``1``/``0``, any case); empty means "not given". Anything else is an error, where
+    django-filter's own boolean widget would quietly read it as "not given" and return the unfiltered list."""
 
-    class Meta:
-        model = Job
-        fields = ["state", "tenant", "user", "name"]
+    default_error_messages = {"invalid": "Enter true or false."}
+    _VALUES = {"true": True, "1": True, "false": False, "0": False}
 
-    def filter_mine(self, queryset: QuerySet[Job], name: str, value: bool) -> QuerySet[Job]:
-        return queryset.filter(user=self.request.user) if value and self.request else queryset
+    def to_python(self, value: Any) -> bool | None:
+        if value in self.empty_values:
+            return None
+        parsed = self._VALUES.get(str(value).strip().lower())
+        if parsed is None:
+            raise ValidationError(self.error_messages["invalid"], code="invalid")
+        return parsed
+
+    def validate(self, value: Any) -> None:
+        """``None`` is a valid "not given" here; the base class would call it missing when required."""
+        if value is None and self.required:
+            raise ValidationError(self.error_messages["required"], code="required")
+
+
+class StrictBooleanFilter(django_filters.BooleanFilter):
+    """A boolean filter that refuses what it cannot read (see :class:`StrictBooleanField`)."""
+
+    field_class = StrictBooleanField

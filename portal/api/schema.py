@@ -18,8 +18,8 @@ from drf_spectacular.plumbing import ComponentRegistry
 from drf_spectacular.utils import Direction
 from rest_framework import authentication, permissions, serializers
 
-from portal.api.auth import IsNodeAgent, NodeTokenAuthentication
 from portal.api.serializers import ErrorSerializer, ValidationErrorSerializer
+from portal.nodes.auth import IsNodeAgent, NodeTokenAuthentication
 
 #: Permissions that refuse only a caller who is not authenticated, which is a 401, never a 403. IsNodeAgent is one
 #: because agent views authenticate node tokens and nothing else, so any authenticated caller there is a node.

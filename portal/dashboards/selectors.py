@@ -36,9 +36,9 @@ from portal.dashboards.stats import (
 from portal.dashboards.usage import usage_by_owner
 from portal.jobs.models import TERMINAL_STATES, Allocation, Job
 from portal.nodes.models import Gpu
+from portal.scheduler.models import SchedulerRound
+from portal.telemetry.models import Rollup, RollupPeriod
 from portal.tenants.models import Tenant
-from scheduling.live.models import SchedulerRound
-from telemetry.models import Rollup, RollupPeriod
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AnonymousUser, User
@@ -148,7 +148,7 @@ def _add_queueing_delays(gather: _Gather, jobs: QuerySet[Job], window: Window) -
 
     ``Job.started_at`` is the latest attempt's start, so a requeued job would look as if it had just waited. The
     first start is read from the job's earliest :class:`Allocation` rather than its first ``started`` event: the
-    scheduler writes both in one transaction (``scheduling.live.apply``), but allocations are also what the
+    scheduler writes both in one transaction (``portal.scheduler.apply``), but allocations are also what the
     GPU-hours are read from (one source for "when did it hold GPUs"), they are never rewritten, and the event table
     holds every state change of every job, unindexed by kind.
     """

@@ -25,7 +25,7 @@ from django.db.models.functions import Coalesce, Greatest, Least
 from portal.dashboards.expressions import EpochSeconds
 from portal.dashboards.stats import Usage, Window
 from portal.jobs.models import Allocation, Job
-from telemetry.models import Rollup
+from portal.telemetry.models import Rollup
 
 #: Usage per (tenant id, user id) of the jobs a reader may see.
 UsageByOwner = dict[tuple[int, int], Usage]

@@ -14,9 +14,10 @@ from django.utils.http import urlencode
 from portal.dashboards.charts import dashboard_charts, figures_by_key
 from portal.dashboards.forms import DashboardForm
 from portal.dashboards.selectors import DEFAULT_WINDOW, dashboard_get, dashboard_tenants, window_of
+from portal.web.htmx import is_htmx
 
 if TYPE_CHECKING:
-    from portal.web.views import AuthenticatedHttpRequest
+    from portal.web.auth import AuthenticatedHttpRequest
 
 #: Seconds between two refreshes of the live fragment (docs/dashboards.md says the same).
 REFRESH_SECONDS = 30
@@ -53,6 +54,6 @@ def dashboard_view(request: AuthenticatedHttpRequest) -> HttpResponse:
             "tenant": slug,
             "query": urlencode({"window": window_key, **({"tenant": slug} if slug else {})}),
         }
-    if request.headers.get("HX-Request") == "true":
+    if is_htmx(request):
         return render(request, "dashboards/partials/_dashboard.html", context, status=status)
     return render(request, "dashboards/dashboard.html", context, status=status)

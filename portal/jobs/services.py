@@ -31,10 +31,11 @@ from portal.jobs.models import (
     TaskState,
 )
 from portal.nodes.models import Gpu
+from portal.queue import SCHEDULE_ROUND, enqueue_on_commit
+from portal.telemetry.exits import XidBlame, fatal_xid_near_exit, xid_exit_window
 from portal.tenants.models import Membership, Quota, Role, Tenant
 from scheduling.core.durations import format_duration
 from scheduling.core.states import InvalidTransition, JobState, check_reopen, check_transition
-from telemetry.exits import XidBlame, fatal_xid_near_exit, xid_exit_window
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -65,11 +66,9 @@ def _record(job: Job, kind: str, *, actor: str, reason: str = "", from_state: st
 
 def _kick_scheduler() -> None:
     """Ask for a scheduling round once the current transaction commits (submit, finish, cancel all free or
-    need GPUs). ``robust``: if the broker is briefly unreachable the change still stands and the beat-driven
-    round places the job a few seconds later. Imported lazily: the task module imports services."""
-    from scheduling.live.tasks import schedule_round
-
-    transaction.on_commit(lambda: schedule_round.delay(), robust=True)
+    need GPUs). If the broker is briefly unreachable the change still stands and the beat-driven round places the
+    job a few seconds later."""
+    enqueue_on_commit(SCHEDULE_ROUND)
 
 
 def job_transition(job: Job, target: JobState, *, kind: str, actor: str, reason: str = "") -> Job:

@@ -20,6 +20,7 @@ from portal.errors import Conflict, ValidationFailed
 from portal.jobs.models import Job, JobTask, TaskState
 from portal.jobs.services import job_log_append, job_requeue, job_task_exited, release_task_gpus
 from portal.nodes.models import Gpu, Node, NodeState
+from portal.queue import SCHEDULE_ROUND, enqueue_on_commit
 from scheduling.core.states import JobState
 
 LIVE_TASK_STATES = (TaskState.ASSIGNED, TaskState.RUNNING)
@@ -267,7 +268,8 @@ def _start_order(task: JobTask) -> dict[str, object]:
 
 @transaction.atomic
 def nodes_mark_stale_down(*, now: datetime | None = None) -> list[str]:
-    """Mark nodes silent for longer than ``CORRAL_NODE_TIMEOUT`` down and requeue their jobs. Returns names."""
+    """Mark nodes silent for longer than ``CORRAL_NODE_TIMEOUT`` down and requeue their jobs; a scheduling round
+    follows after commit. Returns the names of the nodes it marked down."""
     now = now or timezone.now()
     cutoff = now - timedelta(seconds=settings.CORRAL_NODE_TIMEOUT)
     stale = list(
@@ -281,6 +283,8 @@ def nodes_mark_stale_down(*, now: datetime | None = None) -> list[str]:
         node.save(update_fields=["state", "state_reason"])
         lost = JobTask.objects.filter(node=node, state__in=LIVE_TASK_STATES).order_by("job_id")
         _lose_tasks(list(lost), actor="scheduler", reason=f"node {node.name} stopped sending heartbeats")
+    if stale:
+        enqueue_on_commit(SCHEDULE_ROUND)  # what ran there can go elsewhere, and what waited for it must wait on
     return [n.name for n in stale]
 
 

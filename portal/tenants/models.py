@@ -21,6 +21,14 @@ class TenantQuerySet(models.QuerySet["Tenant"]):
             return self.all()
         return self.filter(memberships__user=user).distinct()
 
+    def submittable_by(self, user: User | AnonymousUser) -> TenantQuerySet:
+        """Tenants the submit form offers ``user``: the ones they belong to. Staff may submit to any tenant, so a
+        staff member who belongs to none is offered every tenant visible to them (all of them)."""
+        own = self.filter(memberships__user=user).distinct() if user.is_authenticated else self.none()
+        if user.is_authenticated and user.is_staff and not own.exists():
+            return self.visible_to(user)
+        return own
+
 
 class Tenant(models.Model):
     """A group that shares a GPU quota: a lab, a team, a project. Jobs always belong to exactly one tenant."""

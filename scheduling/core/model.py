@@ -1,6 +1,6 @@
 """The typed contract between the scheduling core and its callers.
 
-The live loop (``scheduling.live``) and the simulator (``scheduling.sim``) both build a :class:`Snapshot`, call
+The live loop (``portal.scheduler``) and the simulator (``scheduling.sim``) both build a :class:`Snapshot`, call
 ``scheduling.core.decide`` with the time they own, and apply the :class:`Decision` they get back. Nothing here
 knows about Django, Celery or the wall clock: every value is plain and frozen so a decision is a pure function of
 its inputs and can be compared in tests with ``==``.

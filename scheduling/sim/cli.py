@@ -19,8 +19,8 @@ import typer
 if TYPE_CHECKING:  # annotations only: the heavy modules are imported inside the command (see above)
     from scheduling.core.model import TenantLimits
     from scheduling.core.preemption import PreemptionCost
+    from scheduling.sim.replay_setup import ReplaySetup
     from scheduling.sim.report import Run
-    from scheduling.sim.setup import ReplaySetup
     from scheduling.sim.simulator import Cluster
     from scheduling.sim.trace import TraceJob
 
@@ -82,7 +82,7 @@ def simulate_command(
     """Replay a job trace through the scheduling core under each policy and compare JCT, queueing and usage."""
     from scheduling.core.policies import POLICIES
     from scheduling.core.preemption import PreemptionCost
-    from scheduling.sim.setup import MAX_HALF_LIFE_HOURS
+    from scheduling.sim.replay_setup import MAX_HALF_LIFE_HOURS
     from scheduling.sim.trace import TraceError, read_trace
 
     names = _policy_names(policy, list(POLICIES))
@@ -130,7 +130,7 @@ def _policy_names(requested: list[str], known: list[str]) -> list[str]:
 def _cluster_and_quotas(setup: Path | None, nodes: int | None, gpus_per_node: int | None, racks: int) -> ReplaySetup:
     """The cluster from --nodes/--gpus-per-node/--racks, else from --setup; the quotas and fair-share half-life
     from --setup (none without). A setup that cannot be read ends the command with one line and exit status 2."""
-    from scheduling.sim.setup import ReplaySetup, read_setup
+    from scheduling.sim.replay_setup import ReplaySetup, read_setup
     from scheduling.sim.simulator import Cluster
 
     loaded = ReplaySetup(cluster=None)

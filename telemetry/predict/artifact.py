@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 import sklearn
 
+from telemetry.predict.estimators import ModelKind, Scorer
 from telemetry.predict.features import feature_names
-from telemetry.predict.models import ModelKind, Scorer
 
 MAGIC = b"CORRAL-FAILURE-MODEL 1\n"
 

@@ -26,9 +26,9 @@ from telemetry.predict.alarms import (
     precision_at_recall,
     raise_alarms,
 )
+from telemetry.predict.estimators import DEFAULT_MAX_NEGATIVES, ModelKind, NotEnoughData, fit
 from telemetry.predict.features import build_features
 from telemetry.predict.labels import RowLabels, failure_events, label_rows
-from telemetry.predict.models import DEFAULT_MAX_NEGATIVES, ModelKind, NotEnoughData, fit
 from telemetry.predict.training import (
     DAY,
     DEFAULT_HORIZON_S,

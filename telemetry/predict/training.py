@@ -14,9 +14,9 @@ import numpy as np
 
 from telemetry.predict.alarms import ScoredRows, choose_threshold, persistent_scores
 from telemetry.predict.artifact import ModelArtifact, check_compatible, make_header
+from telemetry.predict.estimators import DEFAULT_MAX_NEGATIVES, ModelKind, NotEnoughData, fit
 from telemetry.predict.features import FeatureMatrix, build_features
 from telemetry.predict.labels import RowLabels, failure_events, label_rows
-from telemetry.predict.models import DEFAULT_MAX_NEGATIVES, ModelKind, NotEnoughData, fit
 from telemetry.schema import FailureLabel
 from telemetry.table import TelemetryTable
 

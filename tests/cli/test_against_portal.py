@@ -32,8 +32,8 @@ from portal.jobs.models import Job
 from portal.jobs.services import job_log_append, job_submit
 from portal.nodes.models import Gpu, NodeState
 from portal.nodes.services import node_token_issue
+from portal.scheduler.forecast import start_forecast_refresh
 from portal.tenants.models import Tenant
-from scheduling.live.forecast import start_forecast_refresh
 from tests.cli.conftest import Invoke
 from tests.factories import MembershipFactory, NodeFactory, QuotaFactory, TenantFactory, UserFactory
 

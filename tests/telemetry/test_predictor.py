@@ -9,10 +9,10 @@ import pytest
 from sklearn.metrics import average_precision_score
 
 from telemetry.predict.artifact import ArtifactError, ModelArtifact, read_header
+from telemetry.predict.estimators import ModelKind, NotEnoughData, fit
 from telemetry.predict.evaluate import EvalConfig, evaluate
 from telemetry.predict.features import build_features
 from telemetry.predict.labels import label_rows
-from telemetry.predict.models import ModelKind, NotEnoughData, fit
 from telemetry.predict.training import score_latest, score_rows, train_model
 from telemetry.synth import FleetConfig, generate
 

@@ -22,7 +22,7 @@ PURE_MODULES = [
     "telemetry.synth",
     "telemetry.predict.features",
     "telemetry.predict.labels",
-    "telemetry.predict.models",
+    "telemetry.predict.estimators",
     "telemetry.predict.alarms",
     "telemetry.predict.artifact",
     "telemetry.predict.training",

@@ -1,7 +1,7 @@
 """Helios quasi-shortest-service-first (Hu et al., SC 2021).
 
 Priority = predicted duration x GPUs, i.e. predicted service, smallest first. The duration comes from
-:class:`~scheduling.core.predict.DurationPredictor` (same user / job name / GPU count, with fallbacks), learned
+:class:`~scheduling.core.duration_predict.DurationPredictor` (same user / job name / GPU count, with fallbacks), learned
 only from jobs that finished before the job was submitted. Non-preemptive by default, as in Helios: a prediction
 can be badly wrong, and preempting on a wrong guess costs more than waiting.
 """
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from scheduling.core.duration_predict import DurationPredictor
 from scheduling.core.model import FinishedJob, JobView
 from scheduling.core.policies.base import Key, Policy
-from scheduling.core.predict import DurationPredictor
 
 
 class Qssf(Policy):

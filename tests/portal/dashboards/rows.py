@@ -12,8 +12,8 @@ from django.contrib.auth.models import AbstractBaseUser
 
 from portal.jobs.models import Allocation, Job
 from portal.nodes.models import Gpu
+from portal.telemetry.models import Rollup, RollupPeriod
 from portal.tenants.models import Tenant
-from telemetry.models import Rollup, RollupPeriod
 
 #: A fixed "now", on a whole hour, so hourly and minute buckets line up with it.
 NOW = datetime(2026, 11, 10, 12, 0, tzinfo=UTC)

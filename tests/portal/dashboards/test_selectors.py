@@ -11,8 +11,8 @@ from django.contrib.auth.models import AbstractBaseUser
 
 from portal.dashboards.selectors import dashboard_get, dashboard_tenants, window_of
 from portal.dashboards.stats import Dashboard, GroupStats
-from scheduling.live.models import SchedulerRound
-from telemetry.models import RollupPeriod
+from portal.scheduler.models import SchedulerRound
+from portal.telemetry.models import RollupPeriod
 from tests.factories import MembershipFactory, UserFactory
 from tests.fixtures import World
 from tests.portal.dashboards.rows import NOW, H, allocate, gpu, job, rollups

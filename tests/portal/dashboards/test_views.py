@@ -12,7 +12,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.test import Client
 from django.utils import timezone
 
-from telemetry.models import RollupPeriod
+from portal.telemetry.models import RollupPeriod
 from tests.factories import UserFactory
 from tests.fixtures import World
 from tests.portal.dashboards.rows import H, allocate, gpu, job, rollups

@@ -8,9 +8,9 @@ from django.db import connection
 from portal.errors import Conflict, NotAllowed, QuotaExceeded, ValidationFailed
 from portal.jobs.models import EventKind, Job, JobTask
 from portal.jobs.services import job_cancel, job_submit, job_transition
+from portal.scheduler.round import scheduling_round
 from portal.tenants.models import Quota
 from scheduling.core.states import InvalidTransition, JobState
-from scheduling.live.round import scheduling_round
 from tests.concurrency import run_together
 from tests.fixtures import World
 

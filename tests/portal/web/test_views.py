@@ -6,7 +6,7 @@ from django.test import Client
 
 from portal.jobs.models import Job
 from portal.jobs.services import job_log_append, job_submit
-from scheduling.live.round import scheduling_round
+from portal.scheduler.round import scheduling_round
 from tests.fixtures import World
 
 HTMX = {"HTTP_HX_REQUEST": "true"}

@@ -7,13 +7,13 @@ import math
 import pytest
 
 from scheduling.core import JobState, JobView, TenantLimits, WaitReason, decide
+from scheduling.core.duration_predict import DurationPredictor
 from scheduling.core.gittins import ServiceDistribution, geometric_grid
 from scheduling.core.model import FinishedJob
 from scheduling.core.policies import Quota, resolve_policy
 from scheduling.core.policies.gittins import TiresiasGittins
 from scheduling.core.policies.las import TiresiasLas
 from scheduling.core.policies.qssf import Qssf
-from scheduling.core.predict import DurationPredictor
 
 
 def finished(job_id, gpus, seconds, *, user="", name="", submit=0.0, finish=None) -> FinishedJob:

@@ -1,0 +1,101 @@
+"""The jobs API (``/api/v1/jobs/``). Its views parse input, call one service or selector, and render."""
+
+from __future__ import annotations
+
+from typing import cast
+
+from django.contrib.auth.models import User
+from django.db.models import QuerySet
+from django.http import HttpResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import mixins, serializers, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.renderers import JSONRenderer
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from portal.api.renderers import PlainTextRenderer
+from portal.api.serializers import ErrorSerializer
+from portal.jobs.filters import JobFilter
+from portal.jobs.models import Job
+from portal.jobs.selectors import job_list, job_log_read, jobs_with_placement
+from portal.jobs.serializers import JobEventSerializer, JobSerializer, JobSubmitSerializer
+from portal.jobs.services import job_cancel, job_submit
+
+
+class JobViewSet(
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, viewsets.GenericViewSet[Job]
+):
+    """Jobs visible to the caller: their tenants' jobs (all jobs for staff)."""
+
+    # request.user is a User: IsAuthenticated (the default permission) lets no anonymous caller in, and only user
+    # token and session authentication apply here; the casts below say so to the type checker.
+
+    serializer_class = JobSerializer
+    filterset_class = JobFilter
+
+    def get_queryset(self) -> QuerySet[Job]:
+        return jobs_with_placement(job_list(user=self.request.user))
+
+    @extend_schema(
+        request=JobSubmitSerializer,
+        responses={
+            201: JobSerializer,
+            409: OpenApiResponse(
+                ErrorSerializer,
+                description="The tenant has as many jobs pending or running as its limit (`code`: `quota_exceeded`).",
+            ),
+        },
+    )
+    def create(self, request: Request, *args: object, **kwargs: object) -> Response:
+        spec = JobSubmitSerializer(data=request.data)
+        spec.is_valid(raise_exception=True)
+        job = job_submit(user=cast(User, request.user), **spec.validated_data)
+        job = self.get_queryset().get(pk=job.pk)
+        return Response(JobSerializer(job).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        request=None,
+        responses={
+            200: JobSerializer,
+            403: OpenApiResponse(
+                ErrorSerializer,
+                description=(
+                    "Neither the job's owner nor an admin of its tenant (`code`: `permission_denied`); or a session "
+                    "(cookie) call without its CSRF token."
+                ),
+            ),
+            409: OpenApiResponse(ErrorSerializer, description="The job has already finished (`code`: `conflict`)."),
+        },
+    )
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, pk: str | None = None) -> Response:
+        job = job_cancel(job=self.get_object(), by=cast(User, request.user))
+        return Response(JobSerializer(self.get_queryset().get(pk=job.pk)).data)
+
+    # A plain list, not a page: without pagination_class=None the schema documented a paginated object. No filters:
+    # the job list's would filter the job looked up (a 404), not its events.
+    @extend_schema(filters=False, responses={200: JobEventSerializer(many=True)})
+    @action(detail=True, methods=["get"], pagination_class=None)
+    def events(self, request: Request, pk: str | None = None) -> Response:
+        return Response(JobEventSerializer(self.get_object().events.all(), many=True).data)
+
+    @extend_schema(
+        parameters=[OpenApiParameter("offset", int, description="Character offset to read from (default 0).")],
+        responses={(200, "text/plain"): OpenApiTypes.STR},
+    )
+    @action(detail=True, methods=["get"], renderer_classes=[JSONRenderer, PlainTextRenderer])
+    def log(self, request: Request, pk: str | None = None) -> HttpResponse:
+        """Output so far from character ``offset``. Follow a job by passing back the ``X-Log-Offset`` header."""
+        offset_field = serializers.IntegerField(min_value=0, required=False)
+        try:
+            offset = offset_field.run_validation(request.query_params.get("offset", 0))
+        except serializers.ValidationError as exc:
+            raise serializers.ValidationError({"offset": exc.detail}) from exc
+        job = self.get_object()
+        text, next_offset = job_log_read(job=job, offset=offset)
+        response = HttpResponse(text, content_type="text/plain; charset=utf-8")
+        response["X-Log-Offset"] = str(next_offset)
+        response["X-Job-State"] = job.state
+        return response

@@ -1,0 +1,63 @@
+"""HTML forms. They check shapes; ``job_submit`` decides the rest and its refusals land on the right field."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+
+from portal.jobs.selectors import cordon_rule
+from portal.jobs.serializers import MAX_GPUS_PER_JOB
+from portal.tenants.models import Tenant
+from scheduling.core.durations import parse_duration
+
+
+class JobSubmitForm(forms.Form):
+    name = forms.CharField(max_length=200, required=False, help_text="Defaults to the first line of the command.")
+    command = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 4, "spellcheck": "false", "placeholder": "python train.py --epochs 10"}),
+        max_length=16_000,
+        strip=False,
+        help_text="Runs with /bin/sh in its own working directory on the node.",
+    )
+    gpus = forms.IntegerField(min_value=1, max_value=MAX_GPUS_PER_JOB, initial=1, label="GPUs")
+    time_limit = forms.CharField(
+        required=False,
+        max_length=40,
+        label="Time limit",
+        widget=forms.TextInput(attrs={"placeholder": "e.g. 2h, 90m, 1d 12h or seconds"}),
+    )
+    tenant = forms.ModelChoiceField(queryset=Tenant.objects.none(), to_field_name="slug", empty_label=None)
+
+    def __init__(self, *args: Any, tenants: list[Tenant], **kwargs: Any) -> None:  # the rest goes to Form as is
+        super().__init__(*args, **kwargs)
+        field = self.fields["tenant"]
+        assert isinstance(field, forms.ModelChoiceField)  # declared above; each form has its own copy
+        field.queryset = Tenant.objects.filter(pk__in=[t.pk for t in tenants])
+        if len(tenants) <= 1:
+            field.widget = forms.HiddenInput()
+            field.required = False
+        # Read per form, not at import: the setting may differ between processes and tests.
+        self.fields["time_limit"].help_text = (
+            "Optional. The job is stopped and fails once it has run this long. "
+            f"Empty: no limit. A GPU predicted to fail {cordon_rule()}."
+        )
+
+    def clean_command(self) -> str:
+        command: str = self.cleaned_data["command"]
+        if not command.strip():
+            raise forms.ValidationError("Enter the command to run.")
+        return command.replace("\r\n", "\n")
+
+    def clean_time_limit(self) -> int | None:
+        """Seconds from "2h", "90m", "1d 12h" or a number of seconds; empty means no limit. The range is the
+        service's to check, so its message lands here too."""
+        text = self.cleaned_data["time_limit"].strip()
+        if not text:
+            return None
+        try:
+            return parse_duration(text)
+        except ValueError:
+            raise forms.ValidationError(
+                "Enter a duration like 2h, 90m or 1d 12h, or a number of seconds; leave it empty for no limit."
+            ) from None

@@ -1,0 +1,134 @@
+"""The jobs API's shapes. Input serializers check types and ranges (400 with field errors); services decide the rest."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.utils import timezone
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from portal.jobs.models import MAX_TIME_LIMIT, Job, JobEvent, JobTask
+from portal.jobs.selectors import StartEstimate, job_start_estimate
+from portal.tenants.models import Tenant
+
+MAX_GPUS_PER_JOB = 4096
+
+
+class JobSubmitSerializer(serializers.Serializer[dict[str, Any]]):
+    name = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+    command = serializers.CharField(max_length=16_000, trim_whitespace=False)
+    gpus = serializers.IntegerField(min_value=1, max_value=MAX_GPUS_PER_JOB)
+    tenant = serializers.SlugField(required=False, allow_null=True, default=None)
+    env = serializers.DictField(child=serializers.CharField(allow_blank=True, max_length=8192), required=False)
+    time_limit = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        default=None,
+        min_value=1,
+        max_value=MAX_TIME_LIMIT,
+        help_text=(
+            "Seconds each attempt may run, 1 to 2592000 (30 days); past it the job is stopped (SIGTERM, then "
+            "SIGKILL) and fails. Omit or null for no limit. Only jobs with a limit of at most "
+            "CORRAL_CORDON_MAX_TIME_LIMIT (7200 by default) may run on soft-cordoned GPUs."
+        ),
+        error_messages={
+            "invalid": "Give the time limit as a whole number of seconds.",
+            "min_value": "The time limit must be at least 1 second.",
+            "max_value": f"The time limit may be at most 30 days ({MAX_TIME_LIMIT} seconds).",
+        },
+    )
+
+    def validate_command(self, value: str) -> str:
+        if not value.strip():
+            raise serializers.ValidationError("This field may not be blank.")
+        return value
+
+    def validate_env(self, value: dict[str, str]) -> dict[str, str]:
+        if len(value) > 200:
+            raise serializers.ValidationError("At most 200 variables.")
+        return value
+
+
+class StartEstimateSerializer(serializers.Serializer[StartEstimate]):
+    outlook = serializers.CharField(
+        help_text=(
+            "estimated (expected_start_at is set), unknown_end (it waits on jobs whose end cannot be estimated), "
+            "beyond_horizon (not within CORRAL_FORECAST_HORIZON), no_capacity (the nodes up now cannot hold it), "
+            "or empty before the first forecast."
+        )
+    )
+    expected_start_at = serializers.DateTimeField(source="at", allow_null=True)
+    text = serializers.CharField(help_text="The same answer in words, as the job page shows it.")
+
+
+class JobSerializer(serializers.ModelSerializer[Job]):
+    tenant: serializers.SlugRelatedField[Tenant] = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    user = serializers.CharField(source="user.username", read_only=True)
+    cancel_requested = serializers.SerializerMethodField()
+    start_estimate = serializers.SerializerMethodField(
+        help_text="Pending jobs only (null otherwise): when the job should start, from the latest forecast."
+    )
+    node = serializers.SerializerMethodField()
+    nodes = serializers.SerializerMethodField()
+    gpu_indices = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Job
+        fields = [
+            "id",
+            "name",
+            "command",
+            "gpus",
+            "tenant",
+            "user",
+            "env",
+            "state",
+            "reason",
+            "reason_code",
+            "exit_code",
+            "attempt",
+            "node",
+            "nodes",
+            "gpu_indices",
+            "cancel_requested",
+            "hardware_retries",
+            "time_limit",
+            "start_estimate",
+            "submitted_at",
+            "started_at",
+            "finished_at",
+        ]
+        read_only_fields = fields
+
+    def _tasks(self, job: Job) -> list[JobTask]:
+        # The views prefetch ``tasks__node``. The latest attempt says where the job runs or ran; a pending job
+        # (never started, or requeued) runs nowhere.
+        if job.state == "pending":
+            return []
+        return [t for t in job.tasks.all() if t.attempt == job.attempt]
+
+    @extend_schema_field(StartEstimateSerializer(allow_null=True))
+    def get_start_estimate(self, job: Job) -> dict[str, Any] | None:
+        estimate = job_start_estimate(job=job, now=timezone.now())
+        return None if estimate is None else dict(StartEstimateSerializer(estimate).data)
+
+    def get_cancel_requested(self, job: Job) -> bool:
+        return job.cancel_requested_at is not None
+
+    def get_node(self, job: Job) -> str | None:
+        tasks = self._tasks(job)
+        return tasks[0].node.name if tasks else None
+
+    def get_nodes(self, job: Job) -> list[str]:
+        return [t.node.name for t in self._tasks(job)]
+
+    def get_gpu_indices(self, job: Job) -> list[int]:
+        tasks = self._tasks(job)
+        return list(tasks[0].gpu_indices) if len(tasks) == 1 else [i for t in tasks for i in t.gpu_indices]
+
+
+class JobEventSerializer(serializers.ModelSerializer[JobEvent]):
+    class Meta:
+        model = JobEvent
+        fields = ["at", "kind", "from_state", "to_state", "actor", "reason"]

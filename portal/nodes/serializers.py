@@ -1,0 +1,135 @@
+"""The nodes API's shapes, and the agent protocol's (docs/agent-protocol.md): input serializers check types
+and ranges (400 with field errors); the node services decide the rest."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from portal.api.serializers import BIGINT_MAX, INT_MAX
+from portal.nodes.models import Gpu, Node
+
+
+class GpuSerializer(serializers.ModelSerializer[Gpu]):
+    job = serializers.SerializerMethodField()
+    state = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Gpu
+        fields = ["index", "uuid", "model", "memory_mb", "health", "health_detail", "state", "job"]
+
+    def get_job(self, gpu: Gpu) -> int | None:
+        busy: dict[int, int] = self.context.get("busy", {})  # GPU id -> job id, from NodeViewSet
+        return busy.get(gpu.pk)
+
+    def get_state(self, gpu: Gpu) -> str:
+        if gpu.health != "healthy":
+            return gpu.health
+        return "allocated" if gpu.pk in self.context.get("busy", {}) else "free"
+
+
+class NodeSerializer(serializers.ModelSerializer[Node]):
+    gpus = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Node
+        fields = [
+            "name",
+            "hostname",
+            "address",
+            "rack",
+            "state",
+            "state_reason",
+            "last_heartbeat",
+            "agent_version",
+            "gpus",
+        ]
+
+    def get_gpus(self, node: Node) -> list[dict[str, Any]]:
+        gpus = [g for g in node.gpus.all() if g.present]
+        # many=True makes a ListSerializer, whose .data is a list; the stubs type every .data as ReturnDict.
+        return GpuSerializer(gpus, many=True, context=self.context).data  # type: ignore[return-value]
+
+
+# --- agent protocol (docs/agent-protocol.md) ---------------------------------------------------------------------
+class GpuReportSerializer(serializers.Serializer[dict[str, Any]]):
+    index = serializers.IntegerField(min_value=0, max_value=1023)
+    uuid = serializers.CharField(max_length=100)
+    model = serializers.CharField(max_length=100, allow_blank=True, required=False, default="")
+    memory_mb = serializers.IntegerField(min_value=0, max_value=INT_MAX, required=False, default=0)
+
+
+class RegisterSerializer(serializers.Serializer[dict[str, Any]]):
+    hostname = serializers.CharField(max_length=255, allow_blank=True, required=False, default="")
+    address = serializers.CharField(max_length=255, allow_blank=True, required=False, default="")
+    agent_version = serializers.CharField(max_length=50, allow_blank=True, required=False, default="")
+    gpus = GpuReportSerializer(many=True)
+
+
+class TaskReportSerializer(serializers.Serializer[dict[str, Any]]):
+    job = serializers.IntegerField(min_value=1, max_value=BIGINT_MAX)
+    attempt = serializers.IntegerField(min_value=0, max_value=INT_MAX)
+    rank = serializers.IntegerField(min_value=0, max_value=INT_MAX, required=False, default=0)
+    state = serializers.ChoiceField(choices=["running", "exited", "failed_to_start"])
+    pid = serializers.IntegerField(
+        min_value=-INT_MAX - 1, max_value=INT_MAX, allow_null=True, required=False, default=None
+    )
+    exit_code = serializers.IntegerField(
+        min_value=-INT_MAX - 1, max_value=INT_MAX, allow_null=True, required=False, default=None
+    )
+    log_offset = serializers.IntegerField(min_value=0, max_value=BIGINT_MAX, required=False, default=0)
+    log = serializers.CharField(
+        allow_blank=True, required=False, default="", trim_whitespace=False, max_length=1_000_000
+    )
+    log_end = serializers.IntegerField(min_value=0, max_value=BIGINT_MAX, allow_null=True, required=False, default=None)
+    log_size = serializers.IntegerField(min_value=0, max_value=BIGINT_MAX, required=False, default=0)
+
+
+class HeartbeatSerializer(serializers.Serializer[dict[str, Any]]):
+    tasks = TaskReportSerializer(many=True, required=False, default=list)
+
+
+# Replies, for the schema only: the agent views build these dicts themselves, from the node services' results.
+class RegisterReplySerializer(serializers.Serializer[dict[str, Any]]):
+    node = serializers.CharField(help_text="The node's name, as the portal knows it.")
+    heartbeat_interval = serializers.FloatField(help_text="Seconds between heartbeats.")
+    sample_interval = serializers.FloatField(help_text="Seconds between telemetry samples.")
+
+
+class TaskOrderSerializer(serializers.Serializer[dict[str, Any]]):
+    """An order about one attempt of a job: it applies to all of the attempt's ranks on the node."""
+
+    job = serializers.IntegerField()
+    attempt = serializers.IntegerField()
+
+
+class KillOrderSerializer(TaskOrderSerializer):
+    grace_seconds = serializers.FloatField(help_text="SIGTERM now, SIGKILL after this many seconds.")
+
+
+class SignalOrderSerializer(TaskOrderSerializer):
+    signal = serializers.CharField(help_text="A signal name, to send once: SIGUSR1 asks the job to checkpoint.")
+
+
+class StartOrderSerializer(serializers.Serializer[dict[str, Any]]):
+    job = serializers.IntegerField()
+    attempt = serializers.IntegerField()
+    rank = serializers.IntegerField()
+    command = serializers.CharField(help_text="A shell string, run by /bin/sh -c in the task's directory.")
+    gpus = serializers.ListField(child=serializers.IntegerField(), help_text="Indices of the node's GPUs to use.")
+    env = serializers.DictField(
+        child=serializers.CharField(), help_text="The task's environment, complete (CUDA_VISIBLE_DEVICES, RANK, ...)."
+    )
+
+
+class HeartbeatReplySerializer(serializers.Serializer[dict[str, Any]]):
+    start = StartOrderSerializer(many=True, help_text="Tasks to start; repeated until a heartbeat reports them.")
+    kill = KillOrderSerializer(many=True, help_text="Tasks to stop; keep reporting them until they exit.")
+    forget = TaskOrderSerializer(many=True, help_text="Tasks whose exit and whole log the portal holds.")
+    signal = SignalOrderSerializer(many=True, help_text="Signals to deliver once, without stopping the task.")
+    log_offsets = serializers.DictField(
+        child=serializers.IntegerField(),
+        help_text='Bytes of each reported task\'s log the portal holds, by "job:attempt:rank".',
+    )
+    heartbeat_interval = serializers.FloatField(help_text="Seconds until the next heartbeat.")

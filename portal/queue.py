@@ -1,0 +1,77 @@
+"""How services ask for background work: by task name, after their transaction commits.
+
+Services never import task modules (a task module imports its service, so the reverse import would be a circle);
+they name the task here instead. Each name is defined once, in this module, and used by the task's decorator, by
+the services that queue it and by the beat schedule in ``portal/celery.py``; a test checks that every name here is a
+registered task.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+from celery import current_app
+from django.db import OperationalError, transaction
+
+#: The scheduling loop (``portal.scheduler.tasks``).
+SCHEDULE_ROUND = "scheduler.schedule_round"
+REFRESH_START_FORECASTS = "scheduler.refresh_start_forecasts"
+PRUNE_ROUNDS = "scheduler.prune_rounds"
+#: Node liveness (``portal.nodes.tasks``).
+SWEEP_NODES = "nodes.sweep"
+#: Telemetry (``portal.telemetry.tasks``).
+ROLLUP_SAMPLES = "telemetry.rollup_samples"
+PRUNE_SAMPLES = "telemetry.prune_samples"
+SCORE_GPUS = "telemetry.score_gpus"
+TRAIN_FAILURE_MODEL = "telemetry.train_failure_model"
+NOTIFY_ADMINS = "telemetry.notify_admins"
+#: What-if replays (``portal.whatif.tasks``).
+WHATIF_RUN = "whatif.run"
+SWEEP_WHATIF_RUNS = "whatif.sweep_runs"
+
+TASK_NAMES = (
+    SCHEDULE_ROUND,
+    REFRESH_START_FORECASTS,
+    PRUNE_ROUNDS,
+    SWEEP_NODES,
+    ROLLUP_SAMPLES,
+    PRUNE_SAMPLES,
+    SCORE_GPUS,
+    TRAIN_FAILURE_MODEL,
+    NOTIFY_ADMINS,
+    WHATIF_RUN,
+    SWEEP_WHATIF_RUNS,
+)
+
+
+def enqueue(name: str, *args: Any) -> None:
+    """Queue task ``name`` now. Through a signature, so a registered task honours ``task_always_eager``. The
+    current app is Corral's: importing any ``portal`` module loads it (``portal/__init__.py``)."""
+    current_app.signature(name, args=args).delay()
+
+
+def enqueue_on_commit(name: str, *args: Any) -> None:
+    """Queue task ``name`` once the current transaction commits, never for a change that rolled back.
+
+    ``robust``: if the broker is briefly unreachable the change still stands; every task queued this way has a
+    periodic safety net (the beat round, the what-if sweep), so a lost message only delays the work.
+    """
+    transaction.on_commit(lambda: enqueue(name, *args), robust=True)
+
+
+class RetryOptions(TypedDict):
+    """The options every periodic and queued task shares; typed, so that ``shared_task``'s overloads check them."""
+
+    autoretry_for: tuple[type[Exception], ...]
+    retry_backoff: bool
+    max_retries: int
+    ignore_result: bool
+
+
+#: Retry only on transient database errors (a failover, a dropped connection), with backoff; results are unused.
+RETRY_ON_DB_ERROR: RetryOptions = {
+    "autoretry_for": (OperationalError,),
+    "retry_backoff": True,
+    "max_retries": 3,
+    "ignore_result": True,
+}

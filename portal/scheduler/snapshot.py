@@ -1,0 +1,111 @@
+"""Build the scheduling core's :class:`Snapshot` from the database, in a fixed number of queries.
+
+Only this module and :mod:`portal.scheduler.apply` translate between Django rows and the core's frozen values;
+the core itself never sees a model instance.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime
+
+from portal.jobs.models import Allocation, Job
+from portal.nodes.models import Gpu, GpuHealth, Node, NodeState
+from portal.tenants.selectors import tenant_limits, usage_history
+from scheduling.core.model import GpuSlot, JobView, NodeView, Snapshot
+from scheduling.core.states import JobState
+
+
+@dataclass(frozen=True, slots=True)
+class LiveSnapshot:
+    """The core's snapshot plus what the applier needs to turn ids back into rows."""
+
+    snapshot: Snapshot
+    nodes_by_name: dict[str, Node]
+    gpu_index: dict[int, int]  # gpu pk -> NVML index on its node
+
+
+def _ts(value: datetime | None) -> float | None:
+    return value.timestamp() if value is not None else None
+
+
+def build_snapshot(*, now: datetime, fair_share: bool = False) -> LiveSnapshot:
+    """Read nodes, free GPUs, pending and running jobs and tenant quotas as of ``now`` (the caller's clock).
+
+    Soft-cordoned GPUs (predicted to fail) are offered as short-only: the placement built from
+    ``CORRAL_CORDON_MAX_TIME_LIMIT`` gives them only to jobs with a time limit at most that long. Unhealthy GPUs
+    are never offered. ``fair_share`` (for policies with the quota layer) adds the tenants' decayed usage, unless
+    ``CORRAL_FAIR_SHARE_HALF_LIFE_HOURS`` is 0.
+    """
+    nodes = list(Node.objects.exclude(state=NodeState.DOWN).order_by("name"))
+    taken = set(Allocation.objects.filter(released_at__isnull=True).values_list("gpu_id", flat=True))
+    free: dict[int, list[int]] = defaultdict(list)
+    cordoned: dict[int, list[int]] = defaultdict(list)
+    totals: dict[int, int] = defaultdict(int)
+    gpu_index: dict[int, int] = {}
+    for gpu_id, node_id, index, health in Gpu.objects.filter(present=True, node__in=nodes).values_list(
+        "id", "node_id", "index", "health"
+    ):
+        totals[node_id] += 1
+        gpu_index[gpu_id] = index
+        if health == GpuHealth.CORDONED:
+            cordoned[node_id].append(gpu_id)
+        elif health != GpuHealth.HEALTHY:
+            continue
+        if gpu_id not in taken:
+            free[node_id].append(gpu_id)
+    node_views = tuple(
+        NodeView(
+            name=n.name,
+            total_gpus=totals[n.pk],
+            free_gpus=tuple(sorted(free[n.pk], key=gpu_index.__getitem__)),
+            rack=n.rack,
+            schedulable=n.state == NodeState.UP,
+            short_only=tuple(sorted(cordoned[n.pk])),
+        )
+        for n in nodes
+    )
+    jobs = list(
+        Job.objects.filter(state__in=[JobState.PENDING.value, JobState.RUNNING.value])
+        .select_related("tenant", "user")
+        .order_by("submitted_at", "pk")
+    )
+    running_ids = [j.pk for j in jobs if j.state == JobState.RUNNING.value]
+    slots: dict[int, list[GpuSlot]] = defaultdict(list)
+    for job_id, node_name, gpu_id in Allocation.objects.filter(
+        job_id__in=running_ids, released_at__isnull=True
+    ).values_list("job_id", "node__name", "gpu_id"):
+        slots[job_id].append(GpuSlot(node=node_name, gpu=gpu_id))
+    now_ts = now.timestamp()
+    job_views = []
+    for j in jobs:
+        running = j.state == JobState.RUNNING.value
+        run_seconds = max(0.0, now_ts - j.started_at.timestamp()) if running and j.started_at else 0.0
+        job_views.append(
+            JobView(
+                id=j.pk,
+                tenant=j.tenant.slug,
+                user=j.user.get_username(),
+                gpus=j.gpus,
+                submit_time=j.submitted_at.timestamp(),
+                state=JobState(j.state),
+                allocation=tuple(slots.get(j.pk, ())),
+                attained_service=j.attained_service + j.gpus * run_seconds,
+                executed_time=j.attained_service / j.gpus + run_seconds,
+                last_started=_ts(j.started_at) if running else None,
+                last_queued=_ts(j.queued_at) or j.submitted_at.timestamp(),
+                name=j.name,
+                time_limit=float(j.time_limit) if j.time_limit is not None else None,
+            )
+        )
+    return LiveSnapshot(
+        snapshot=Snapshot(
+            nodes=node_views,
+            jobs=tuple(job_views),
+            tenants=tenant_limits(),
+            usage=usage_history(now=now) if fair_share else None,
+        ),
+        nodes_by_name={n.name: n for n in nodes},
+        gpu_index=gpu_index,
+    )

@@ -1,0 +1,93 @@
+"""Reads of telemetry for the node page, the API and /metrics (``portal.metrics``), each in a fixed number of
+queries (no N+1: a cluster of a thousand GPUs costs the same number of round trips as one of four)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.conf import settings
+from django.db.models import OuterRef, QuerySet, Subquery
+from django.utils import timezone
+
+from portal.jobs.models import Allocation
+from portal.nodes.models import Gpu, Node
+from portal.telemetry.models import Alert, FailureModel, GpuHealthEvent, NodeTelemetry, XidRecord
+from telemetry.xid import describe
+
+#: How many XIDs, health events and alerts the node page lists.
+RECENT = 20
+
+
+def gpus_with_telemetry() -> QuerySet[Gpu]:
+    """Present GPUs with their node, latest sample, risk, the job holding each (``job_id``, ``tenant``) and the
+    last XID it reported (``last_xid``), in one query."""
+    holder = Allocation.objects.filter(gpu=OuterRef("pk"), released_at__isnull=True).order_by("-pk")
+    last_xid = XidRecord.objects.filter(gpu=OuterRef("pk")).order_by("-at", "-pk")
+    return (
+        Gpu.objects.filter(present=True)
+        .select_related("node", "latest_sample", "risk")
+        .annotate(
+            job_id=Subquery(holder.values("job_id")[:1]),
+            tenant=Subquery(holder.values("job__tenant__slug")[:1]),
+            last_xid=Subquery(last_xid.values("xid")[:1]),
+        )
+        .order_by("node__name", "index")
+    )
+
+
+def alert_list(*, node: str | None = None, active: bool | None = None) -> QuerySet[Alert]:
+    """Alerts, newest first, optionally of one node and only the active (or only the resolved) ones."""
+    alerts = Alert.objects.select_related("node", "gpu")
+    if node:
+        alerts = alerts.filter(node__name=node)
+    if active is not None:
+        alerts = alerts.filter(resolved_at__isnull=active)
+    return alerts
+
+
+@dataclass(frozen=True)
+class NodePage:
+    """Everything the node page shows."""
+
+    node: Node
+    gpus: list[Gpu]
+    telemetry: NodeTelemetry | None
+    xids: list[tuple[XidRecord, str]]
+    events: list[GpuHealthEvent]
+    alerts: list[Alert]
+    risk_threshold: float | None  # None: no validated threshold, scores are shown but nothing is cordoned
+    now: datetime = field(default_factory=timezone.now)
+
+
+def risk_threshold(model: FailureModel | None) -> float | None:
+    """The score at or above which a GPU is cordoned: ``CORRAL_RISK_THRESHOLD`` when set, else the model's own
+    alarm threshold, chosen on held-out data for a target precision. None (never cordon, only show scores) when
+    the model could not meet that target: a threshold that misses it would cordon healthy GPUs by the dozen."""
+    configured = getattr(settings, "CORRAL_RISK_THRESHOLD", None)
+    if configured is not None:
+        return float(configured)
+    if model is None or not model.metrics.get("target_met"):
+        return None
+    return float(model.metrics["threshold"])
+
+
+def node_page(*, name: str) -> NodePage | None:
+    """The node called ``name`` with its GPUs' latest telemetry, health, risk, recent XIDs, health events and
+    alerts (active ones first); None if there is no such node. Six queries whatever the node's size."""
+    node = Node.objects.filter(name=name).first()
+    if node is None:
+        return None
+    gpus = list(gpus_with_telemetry().filter(node=node))
+    xids = list(XidRecord.objects.filter(gpu__node=node).select_related("gpu")[:RECENT])
+    events = list(GpuHealthEvent.objects.filter(gpu__node=node).select_related("gpu")[:RECENT])
+    alerts = list(alert_list(node=name).order_by("resolved_at", "-at")[:RECENT])
+    return NodePage(
+        node=node,
+        gpus=gpus,
+        telemetry=NodeTelemetry.objects.filter(pk=node.pk).first(),
+        xids=[(x, describe(x.xid)) for x in xids],
+        events=events,
+        alerts=sorted(alerts, key=lambda a: (a.resolved_at is not None, -a.at.timestamp())),
+        risk_threshold=risk_threshold(FailureModel.objects.filter(active=True).defer("artifact").first()),
+    )

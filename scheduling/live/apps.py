@@ -1,7 +1,0 @@
-from django.apps import AppConfig
-
-
-class LiveSchedulingConfig(AppConfig):
-    name = "scheduling.live"
-    label = "scheduling"
-    verbose_name = "Scheduling loop"

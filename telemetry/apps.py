@@ -1,7 +1,0 @@
-from django.apps import AppConfig
-
-
-class TelemetryConfig(AppConfig):
-    name = "telemetry"
-    label = "telemetry"
-    verbose_name = "GPU telemetry"
