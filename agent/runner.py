@@ -1,23 +1,17 @@
 """Job processes on the node: start each task as its own process group, watch it, stop it, read its log.
 
-Why a process group: a job is rarely one process (``torchrun`` forks a worker per GPU, shells fork pipelines).
-``start_new_session=True`` makes the task's first process the leader of a new session and group, so one
-``killpg`` reaches every descendant that did not deliberately escape, and a Ctrl-C on the agent's terminal does
-not reach the jobs directly (the agent decides how they stop).
-
-Exits are detected with ``waitid(..., WNOWAIT)``: the leader stays a zombie until the rest of its group has been
-sent SIGKILL, so the group id cannot be recycled while we still signal it, and no stray child keeps holding the
-GPUs after the job "exited".
+The runner keeps the tasks and their life cycle; the rest is beside it, one job each: process groups and exit
+detection (:mod:`agent.process_group`), the records that let the next agent stop what this one left running
+(:mod:`agent.pid_records`), the account jobs run as (:mod:`agent.job_user`) and byte-exact log chunks
+(:mod:`agent.task_log`).
 
 Only the loop thread calls a :class:`Runner`; it is not thread-safe and does not need to be.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import pwd
 import shutil
 import signal
 import subprocess
@@ -25,50 +19,18 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypedDict
 
 from agent.client import LOG_CHUNK_BYTES, StartOrder, TaskKey, TaskState
+from agent.job_user import JobUser, identity, job_user, own_home
+from agent.pid_records import PidRecords
+from agent.process_group import leader_exited, signal_group
+from agent.task_log import LOG_NAME, LogChunk, read_chunk
+
+__all__ = ["DEFAULT_PATH", "JobUser", "LogChunk", "Runner", "Task"]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-LOG_NAME = "output.log"
-
-#: Invalid UTF-8 bytes (decoded as surrogates) and NULs become "?", one byte for one byte, so the text we send
-#: re-encodes to exactly as many bytes as we read and the portal's byte offsets stay right (see the protocol).
-_SANITISE = {code: "?" for code in range(0xDC80, 0xDD00)} | {0: "?"}
-
-
-@dataclass(frozen=True, slots=True)
-class JobUser:
-    """The account jobs run as when the agent runs as root (``--run-as``)."""
-
-    name: str
-    uid: int
-    gid: int
-    groups: tuple[int, ...]
-    home: str
-
-    @classmethod
-    def lookup(cls, name: str) -> JobUser:
-        """Resolve a user name; ``KeyError`` if there is no such user."""
-        entry = pwd.getpwnam(name)
-        return cls(
-            name=entry.pw_name,
-            uid=entry.pw_uid,
-            gid=entry.pw_gid,
-            groups=tuple(os.getgrouplist(entry.pw_name, entry.pw_gid)),
-            home=entry.pw_dir,
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class LogChunk:
-    """Log bytes ``[offset, offset + len(text.encode()))`` of a task, and the size of its whole log."""
-
-    offset: int
-    text: str
-    size: int
 
 
 @dataclass(eq=False)
@@ -127,6 +89,7 @@ class Runner:
         # Pid records live outside the job directories: a job can write its own directory, and must not be able
         # to point the agent's next start-up at someone else's process.
         self.run_dir = workdir / "run"
+        self.pid_records = PidRecords(self.run_dir, clock=clock)
         self.run_as = run_as
         self.on_gpus = on_gpus
         self.clock = clock
@@ -166,7 +129,7 @@ class Runner:
         self.tasks[key] = task
         argv = ["/bin/sh", "-c", order.command] if isinstance(order.command, str) else list(order.command)
         try:
-            user = self._job_user()
+            user = job_user(self.run_as)
             self._prepare_directory(task.directory, user)
             flags = os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW
             fd = os.open(task.log_path, os.O_WRONLY | flags, 0o640)
@@ -181,10 +144,10 @@ class Runner:
                     stdin=subprocess.DEVNULL,
                     stdout=fd,
                     stderr=subprocess.STDOUT,
-                    env=self.task_env(order, user.home if user else _own_home()),
+                    env=self.task_env(order, user.home if user else own_home()),
                     start_new_session=True,
                     close_fds=True,
-                    **_identity(user),
+                    **identity(user),
                 )
             finally:
                 os.close(fd)
@@ -193,20 +156,11 @@ class Runner:
             task.error = f"corral-agent: cannot start task {key.wire}: {exc}\n"
             log.error("task %s failed to start: %s", key.wire, exc)
             return task
-        self._write_pid_record(task)
+        assert task.process is not None  # started above; a failure to start has returned
+        self.pid_records.write(key, task.process.pid)
         log.info("started task %s as pid %d on GPUs %s", key.wire, task.pid, list(order.gpus))
         self._notify_gpus(task, busy=True)
         return task
-
-    def _job_user(self) -> JobUser | None:
-        """The account to switch to, or None when jobs run as the agent's own user."""
-        if self.run_as is None:
-            return None
-        try:
-            user = JobUser.lookup(self.run_as)
-        except KeyError:
-            raise LookupError(f"no such user {self.run_as!r}") from None
-        return None if user.uid == os.geteuid() else user
 
     @staticmethod
     def _prepare_directory(directory: Path, user: JobUser | None) -> None:
@@ -222,32 +176,25 @@ class Runner:
         for task in list(self.tasks.values()):
             if not task.alive or task.process is None:
                 continue
-            if self._leader_exited(task.process):
+            if leader_exited(task.process):
                 self._finish(task)
                 ended.append(task)
             elif task.term_deadline is not None and now >= task.term_deadline:
                 log.warning("task %s outlived its grace period; sending SIGKILL", task.key.wire)
-                _signal_group(task.process.pid, signal.SIGKILL)
+                signal_group(task.process.pid, signal.SIGKILL)
                 task.term_deadline = None
         for task in ended:
             if task.forget_pending:
                 self._drop(task)
         return ended
 
-    @staticmethod
-    def _leader_exited(process: subprocess.Popen[bytes]) -> bool:
-        try:
-            return os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
-        except ChildProcessError:
-            return process.poll() is not None
-
     def _finish(self, task: Task) -> None:
         assert task.process is not None
         # The leader is a zombie now, so its pid (= the group id) is still reserved: clean up the rest of the group.
-        _signal_group(task.process.pid, signal.SIGKILL)
+        signal_group(task.process.pid, signal.SIGKILL)
         task.exit_code = task.process.wait()
         task.term_deadline = None
-        self._remove_pid_record(task)
+        self.pid_records.remove(task.key)
         log.info("task %s exited with %d", task.key.wire, task.exit_code)
         self._notify_gpus(task, busy=False)
 
@@ -260,7 +207,7 @@ class Runner:
         deadline = self.clock() + max(0.0, grace)
         if task.term_deadline is None:
             log.info("terminating task %s (grace %.1fs)", key.wire, grace)
-            _signal_group(task.process.pid, signal.SIGTERM)
+            signal_group(task.process.pid, signal.SIGTERM)
             task.term_deadline = deadline
         else:
             task.term_deadline = min(task.term_deadline, deadline)
@@ -273,7 +220,7 @@ class Runner:
             return False
         task.signalled.add(signum)
         log.info("sending %s to task %s", signum.name, key.wire)
-        _signal_group(task.process.pid, signum)
+        signal_group(task.process.pid, signum)
         return True
 
     def forget(self, key: TaskKey, grace: float) -> None:
@@ -310,19 +257,7 @@ class Runner:
     # --- logs --------------------------------------------------------------------------------------------------
     def read_log(self, task: Task, offset: int, limit: int = LOG_CHUNK_BYTES) -> LogChunk:
         """Up to ``limit`` bytes of the task's log from ``offset``, as text that re-encodes to the same length."""
-        if task.error is not None:
-            data = task.error.encode()
-            size, chunk = len(data), data[offset : offset + limit]
-        else:
-            try:
-                size = os.fstat(task.log_fd).st_size if task.log_fd is not None else 0
-                chunk = os.pread(task.log_fd, limit, offset) if task.log_fd is not None and offset < size else b""
-            except OSError:
-                size, chunk = 0, b""
-        if task.alive or len(chunk) == limit:
-            chunk = _trim_partial_utf8(chunk)
-        text = chunk.decode("utf-8", errors="surrogateescape").translate(_SANITISE)
-        return LogChunk(offset=offset, text=text, size=size)
+        return read_chunk(task.log_fd, offset, limit, error=task.error, growing=task.alive)
 
     # --- housekeeping ------------------------------------------------------------------------------------------
     def prune(self, retention_seconds: float) -> int:
@@ -343,48 +278,10 @@ class Runner:
         return removed
 
     def kill_orphans(self, grace: float) -> int:
-        """Stop jobs a previous agent on this workdir left running (it crashed or was SIGKILLed).
-
-        A fresh registration makes the portal requeue every task it believed ran here, so such leftovers would
-        only hold GPUs that the portal now hands to someone else. A pid record is trusted only if the process
-        with that pid still has the recorded start time, so a recycled pid is never signalled.
+        """Stop jobs a previous agent on this workdir left running (it crashed or was SIGKILLed), as its pid
+        records name them (:class:`~agent.pid_records.PidRecords`). Returns how many process groups were signalled.
         """
-        groups: list[int] = []
-        for record in sorted(self.run_dir.glob("*.json")) if self.run_dir.is_dir() else []:
-            try:
-                data = json.loads(record.read_text())
-                pid, started = int(data["pid"]), int(data["start_ticks"])
-            except (OSError, ValueError, KeyError, TypeError):
-                record.unlink(missing_ok=True)
-                continue
-            if _start_ticks(pid) == started:
-                log.warning("killing process group %d left behind by a previous agent (%s)", pid, record.stem)
-                _signal_group(pid, signal.SIGTERM)
-                groups.append(pid)
-            record.unlink(missing_ok=True)
-        signalled = len(groups)
-        deadline = self.clock() + grace
-        while groups and self.clock() < deadline:
-            groups = [pgid for pgid in groups if _group_exists(pgid)]
-            time.sleep(0.05)
-        for pgid in groups:
-            _signal_group(pgid, signal.SIGKILL)
-        return signalled
-
-    def _write_pid_record(self, task: Task) -> None:
-        assert task.process is not None
-        ticks = _start_ticks(task.process.pid)
-        if ticks is None:
-            return  # no /proc: orphans cannot be identified safely, so none are recorded
-        try:
-            self.run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-            record = {"pid": task.process.pid, "start_ticks": ticks}
-            (self.run_dir / f"{task.key.job}-{task.key.attempt}-{task.key.rank}.json").write_text(json.dumps(record))
-        except OSError as exc:
-            log.warning("cannot record pid of task %s: %s", task.key.wire, exc)
-
-    def _remove_pid_record(self, task: Task) -> None:
-        (self.run_dir / f"{task.key.job}-{task.key.attempt}-{task.key.rank}.json").unlink(missing_ok=True)
+        return self.pid_records.kill_orphans(grace)
 
     def _notify_gpus(self, task: Task, *, busy: bool) -> None:
         if self.on_gpus is not None and task.gpus:
@@ -398,70 +295,6 @@ def _close_log(task: Task) -> None:
     if task.log_fd is not None:
         os.close(task.log_fd)
         task.log_fd = None
-
-
-class _Identity(TypedDict, total=False):
-    """The :class:`subprocess.Popen` keyword arguments that :func:`_identity` may set (typed for the call)."""
-
-    user: int
-    group: int
-    extra_groups: list[int]
-
-
-def _identity(user: JobUser | None) -> _Identity:
-    """Popen arguments that drop root: user, primary group and *only* that user's supplementary groups (root's
-    own supplementary groups would otherwise survive the switch)."""
-    if user is None:
-        return {}
-    return {"user": user.uid, "group": user.gid, "extra_groups": list(user.groups)}
-
-
-def _own_home() -> str:
-    try:
-        return pwd.getpwuid(os.geteuid()).pw_dir
-    except KeyError:
-        return os.environ.get("HOME", "/")
-
-
-def _signal_group(pgid: int, signum: signal.Signals) -> None:
-    try:
-        os.killpg(pgid, signum)
-    except (ProcessLookupError, PermissionError):
-        pass  # the group is already gone
-
-
-def _group_exists(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _start_ticks(pid: int) -> int | None:
-    """Field 22 of ``/proc/<pid>/stat``: when the process started, in clock ticks since boot (Linux only)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # The command name (field 2) may contain spaces and parentheses; everything after the last ")" is fixed.
-    fields = stat[stat.rfind(")") + 2 :].split()
-    try:
-        return int(fields[19])
-    except (IndexError, ValueError):
-        return None
-
-
-def _trim_partial_utf8(chunk: bytes) -> bytes:
-    """Cut an incomplete multi-byte character off the end; it is sent whole with the next chunk."""
-    for back in range(1, min(4, len(chunk)) + 1):
-        byte = chunk[-back]
-        if byte & 0xC0 != 0x80:  # a lead byte (or ASCII): how long should its sequence be?
-            need = 2 if byte & 0xE0 == 0xC0 else 3 if byte & 0xF0 == 0xE0 else 4 if byte & 0xF8 == 0xF0 else 1
-            return chunk[:-back] if need > back else chunk
-    return chunk
 
 
 def _subdirectories(path: Path) -> Iterator[Path]:

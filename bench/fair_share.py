@@ -240,7 +240,7 @@ def live(args: argparse.Namespace, raw: list[dict[str, object]]) -> tuple[list[l
     from django.utils import timezone
 
     from portal.jobs.models import Allocation
-    from portal.scheduler.snapshot import build_snapshot
+    from portal.scheduler.selectors import build_snapshot
     from portal.tenants.selectors import tenant_usage
 
     call_command("migrate", verbosity=0)

@@ -20,7 +20,6 @@ from rich.table import Table
 from rich.text import Text
 
 from cli.api import TERMINAL_STATES, Gpu, Job, JobEvent, Node, TenantOverview
-from cli.durations import format_duration
 
 STATE_STYLES = {"pending": "yellow", "running": "cyan", "succeeded": "green", "failed": "red", "cancelled": "magenta"}
 
@@ -223,6 +222,10 @@ def _time_limit(job: Job, now: datetime | None = None) -> str:
     limit = job.get("time_limit")
     if not limit:
         return ""
+    # Imported here, not with the module: the commands load without the scheduling package (a laptop's `corral jobs`
+    # starts fast; tests/cli/test_parsing.py holds it), and only a job with a limit needs the one duration printer.
+    from scheduling.core.durations import format_duration
+
     text = format_duration(limit)
     started = _parse_time(job.get("started_at"))
     if job.get("state") == "running" and started is not None:

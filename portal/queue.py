@@ -12,6 +12,7 @@ from typing import Any, TypedDict
 
 from celery import current_app
 from django.db import OperationalError, transaction
+from django.utils.module_loading import autodiscover_modules
 
 #: The scheduling loop (``portal.scheduler.tasks``).
 SCHEDULE_ROUND = "scheduler.schedule_round"
@@ -45,8 +46,16 @@ TASK_NAMES = (
 
 
 def enqueue(name: str, *args: Any) -> None:
-    """Queue task ``name`` now. Through a signature, so a registered task honours ``task_always_eager``. The
-    current app is Corral's: importing any ``portal`` module loads it (``portal/__init__.py``)."""
+    """Queue task ``name`` now. The current app is Corral's: importing any ``portal`` module loads it
+    (``portal/__init__.py``).
+
+    Through a signature, so that a task this process knows runs eagerly under ``task_always_eager`` (tests, and
+    ``CELERY_TASK_ALWAYS_EAGER``). A web process knows its tasks only once the apps' task modules are discovered,
+    as a worker discovers them at start, so that is done here the first time a name is unknown. (Not through
+    Celery's loader: its Django fix-up would run ``django.setup()`` again and rebuild the logging handlers.)
+    """
+    if name not in current_app.tasks:
+        autodiscover_modules("tasks")  # each installed app's tasks module, as the admin finds admin modules
     current_app.signature(name, args=args).delay()
 
 

@@ -13,6 +13,8 @@ from pathlib import Path
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
+from telemetry.retry import DEFAULT_MAX_HARDWARE_RETRIES
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
@@ -53,6 +55,7 @@ INSTALLED_APPS = [
     "portal.whatif",
     "portal.dashboards",
     "portal.web",
+    "portal.demo",
 ]
 
 MIDDLEWARE = [
@@ -222,7 +225,7 @@ CORRAL_FORECAST_WORK: int = env.int("CORRAL_FORECAST_WORK", default=10_000_000)
 #: Telemetry sampling period asked of agents (seconds).
 CORRAL_SAMPLE_INTERVAL: float = env.float("CORRAL_SAMPLE_INTERVAL", default=10.0)
 #: How many times a job killed by hardware (lost node, fatal XID) is retried before it fails.
-CORRAL_MAX_HARDWARE_RETRIES: int = env.int("CORRAL_MAX_HARDWARE_RETRIES", default=3)
+CORRAL_MAX_HARDWARE_RETRIES: int = env.int("CORRAL_MAX_HARDWARE_RETRIES", default=DEFAULT_MAX_HARDWARE_RETRIES)
 #: Seconds between a fatal XID on a job's GPU and the job's non-zero exit (either first) within which the exit is
 #: blamed on the hardware and retried; also how long a failed job may be reopened by a late XID (architecture.md).
 CORRAL_XID_EXIT_WINDOW: float = env.float("CORRAL_XID_EXIT_WINDOW", default=30.0)

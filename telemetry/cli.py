@@ -9,33 +9,23 @@ stderr and exits with status 2.
 from __future__ import annotations
 
 import json
-import re
 import sys
 from pathlib import Path
 from typing import Annotated, NoReturn
 
 import typer
 
+# The spans these commands take ("1h", "24h", "7d"): the one duration grammar's single-unit form, under the name
+# this module has always exported it by.
+from scheduling.core.durations import parse_span as parse_duration
+
 telemetry_app = typer.Typer(help="GPU telemetry files: generate a synthetic fleet.", no_args_is_help=True)
 failures_app = typer.Typer(help="GPU failure prediction: evaluate on telemetry and labels.", no_args_is_help=True)
-
-_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86_400.0}
 
 
 def register(app: typer.Typer) -> None:
     app.add_typer(telemetry_app, name="telemetry")
     app.add_typer(failures_app, name="failures")
-
-
-def parse_duration(text: str) -> float:
-    """``90m``, ``24h``, ``7d``, ``3600s`` -> seconds."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd])\s*", text)
-    if not match:
-        raise ValueError(f"bad duration {text!r}: use a number with s, m, h or d, e.g. 24h or 7d")
-    seconds = float(match.group(1)) * _UNITS[match.group(2)]
-    if seconds <= 0:
-        raise ValueError(f"duration {text!r} must be positive")
-    return seconds
 
 
 def _fail(message: str) -> NoReturn:

@@ -1,4 +1,6 @@
-"""Who killed the job: the hardware (retry it elsewhere) or the job itself (don't)?
+"""Who killed the job: the hardware (retry it elsewhere) or the job itself (don't)? The one rule, used by the jobs
+services (``portal.jobs.services``: a requeue for lost hardware, a reopening after a late XID) and the health actions
+(``portal.telemetry``: which drains requeue the jobs on a GPU).
 
 A job that dies because its GPU failed did nothing wrong, so the control plane requeues it automatically, up to a
 bound so a job that somehow kills every GPU it lands on does not cycle forever. A job that exits non-zero, runs
@@ -14,9 +16,8 @@ from enum import StrEnum
 from telemetry.health import Verdict
 from telemetry.xid import FATAL_XIDS
 
+#: How many times a job its hardware killed is retried by default (``CORRAL_MAX_HARDWARE_RETRIES``).
 DEFAULT_MAX_HARDWARE_RETRIES = 3
-#: Phrases CUDA frameworks print when a job exhausts GPU memory (PyTorch, TensorFlow/XLA, the CUDA runtime).
-OOM_MARKERS = ("CUDA out of memory", "CUDA_ERROR_OUT_OF_MEMORY", "RESOURCE_EXHAUSTED: Out of memory")
 
 
 class FailureOrigin(StrEnum):
@@ -43,11 +44,6 @@ def failure_origin(
     if node_lost or any(not v.healthy for v in gpu_verdicts) or any(x in FATAL_XIDS for x in xids):
         return FailureOrigin.HARDWARE
     return FailureOrigin.JOB
-
-
-def is_out_of_memory(log_tail: str) -> bool:
-    """Whether a job's last log lines show a GPU out-of-memory error (used for the failure message only)."""
-    return any(marker in log_tail for marker in OOM_MARKERS)
 
 
 def retry_decision(

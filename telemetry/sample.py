@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+from telemetry.fields import METRICS, Column
+
 
 @dataclass(frozen=True, slots=True)
 class GpuInfo:
@@ -67,6 +69,9 @@ class GpuSample:
     XID seen since the previous sample (0 if none). ``lost`` means the GPU fell off the bus: every other reading
     is then ``None``. ``processes`` pairs each compute process id with the GPU memory it holds (MiB), which is how
     a sample is tied to the job that owns the pid.
+
+    The readings (every field but the first three and ``processes``) are :data:`telemetry.fields.METRICS`, in its
+    order and with its types; they are written out here for the type checker, and a test keeps the two in step.
     """
 
     gpu_uuid: str
@@ -118,21 +123,10 @@ class GpuSample:
         return cls(**kwargs)
 
 
-_OPTIONAL_FLOATS = ("gpu_util", "temperature_c", "power_w")
-_OPTIONAL_INTS = (
-    "mem_used_mb",
-    "mem_total_mb",
-    "sm_clock_mhz",
-    "throttle_reasons",
-    "ecc_sbe_volatile",
-    "ecc_dbe_volatile",
-    "ecc_corrected_total",
-    "ecc_uncorrected_total",
-    "retired_pages",
-    "remapped_rows",
-    "pcie_replay",
-)
-_OPTIONAL_BOOLS = ("remapped_rows_pending", "remapped_rows_failed")
+# The readings that may be null, by how ``from_dict`` parses them (``xid`` and ``lost`` are never null).
+_OPTIONAL_FLOATS = tuple(f.name for f in METRICS if f.nullable and f.column is Column.FLOAT)
+_OPTIONAL_INTS = tuple(f.name for f in METRICS if f.nullable and f.column in (Column.INT32, Column.INT64))
+_OPTIONAL_BOOLS = tuple(f.name for f in METRICS if f.nullable and f.column is Column.BOOL)
 
 
 def _require_mapping(data: object, what: str) -> None:

@@ -11,6 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from telemetry.fields import BY_NAME, Column
+
+# The column lists below are the file format's own (its order and which columns are optional are a published
+# contract, not the order of ``telemetry.fields``); a test checks that each numeric column is a reading there.
+
 #: Columns every telemetry.csv has, in the order the writer emits them.
 REQUIRED_COLUMNS: tuple[str, ...] = (
     "timestamp",
@@ -33,8 +38,8 @@ OPTIONAL_COLUMNS: tuple[str, ...] = ("remapped_rows", "pcie_replay")
 COLUMNS: tuple[str, ...] = REQUIRED_COLUMNS + OPTIONAL_COLUMNS
 #: Numeric columns, held as float64 with NaN for "not reported" once loaded.
 NUMERIC_COLUMNS: tuple[str, ...] = tuple(c for c in COLUMNS if c not in {"timestamp", "node", "gpu_uuid"})
-#: Columns written with one decimal; all other numeric columns are whole numbers.
-DECIMAL_COLUMNS: frozenset[str] = frozenset({"gpu_util", "temperature_c", "power_w"})
+#: Columns written with one decimal (the readings stored as floats); all other numeric columns are whole numbers.
+DECIMAL_COLUMNS: frozenset[str] = frozenset(c for c in NUMERIC_COLUMNS if BY_NAME[c].column is Column.FLOAT)
 
 LABEL_COLUMNS: tuple[str, ...] = ("gpu_uuid", "failed_at")
 #: Optional label column: what the failure was (e.g. ``xid_79``); the evaluation does not use it.

@@ -26,102 +26,37 @@ hard:
 
 A failed GPU leaves the fleet; its slot gets a new GPU (new UUID) after a repair delay. Everything is drawn from
 ``numpy.random`` seeded by ``seed``, so a (config, seed) pair always produces the same files.
+
+This module drives the generation (node by node, slot by slot, one GPU life at a time) and re-exports the public
+names. Beside it, each with one job: ``synth_types`` (config, models, kinds, :class:`Fleet`), ``synth_steps`` (the
+time axis and Poisson episode starts), ``synth_nodes`` (load and node-wide events), ``synth_faults`` (a GPU's
+latent rates: healthy noise, precursors, look-alikes), ``synth_readings`` (rates to readings) and ``synth_table``
+(rows to a :class:`~telemetry.table.TelemetryTable`).
 """
 
 from __future__ import annotations
 
 import math
 import uuid as uuidlib
-from dataclasses import dataclass, field
-from enum import StrEnum
 
 import numpy as np
 
-from telemetry.schema import NUMERIC_COLUMNS, FailureLabel
-from telemetry.table import TelemetryTable, table_from_codes
-from telemetry.throttle import Throttle
-
-HOUR = 3600.0
-DEFAULT_START = 1_735_689_600.0  # 2025-01-01T00:00:00Z
-#: Extra board power per degree of extra heat: leakage current grows with die temperature.
-LEAKAGE_W_PER_C = 0.6
-GPUS_PER_SWITCH = 2  # HGX boards put two GPUs behind each PCIe switch
-
-
-@dataclass(frozen=True, slots=True)
-class GpuModel:
-    name: str
-    memory_mb: int
-    max_clock: int
-    idle_clock: int
-    watts_per_util: float  # board power above idle per percent of utilisation
-    page_retirement: bool  # pre-Ampere: retired pages; Ampere and later: remapped rows
-
-
-MODELS: tuple[tuple[GpuModel, float], ...] = (
-    (GpuModel("V100-SXM2-32GB", 32_768, 1530, 135, 2.5, True), 0.2),
-    (GpuModel("A100-SXM4-80GB", 81_920, 1410, 210, 3.3, False), 0.4),
-    (GpuModel("H100-SXM5-80GB", 81_559, 1980, 345, 5.9, False), 0.4),
-)
-
-
-class FailureKind(StrEnum):
-    MEMORY = "memory"  # degrading HBM
-    THERMAL = "thermal"  # thermal runaway
-    LINK = "link"  # PCIe link or power delivery
-    SUDDEN = "sudden"  # no precursor
-
-
-class Episode(StrEnum):
-    """Precursor-like episodes on a single GPU that resolve by themselves (each its own process)."""
-
-    WEAK_CELL = "weak_cell"
-    MARGINAL_BANK = "marginal_bank"
-    HOT_SPELL = "hot_spell"
-    LINK_RETRAIN = "link_retrain"
-
-
-@dataclass(frozen=True, slots=True)
-class FleetConfig:
-    """Knobs of the generator. Rates are per GPU-year unless stated."""
-
-    gpus: int = 256
-    days: float = 30.0
-    seed: int = 0
-    interval_s: int = 3600
-    start: float = DEFAULT_START
-    gpus_per_node: int = 8
-    failure_rate: float = 0.15  # fatal failures; large training fleets report roughly 0.1-0.2 per GPU-year
-    sudden_fraction: float = 0.3  # failures with no precursor
-    false_precursor_rate: float = 0.4  # single-GPU episodes that look like a precursor and resolve by themselves
-    #: Share of the memory look-alikes that are marginal banks (several weak rows over days) rather than one weak
-    #: cell. Marginal banks are the hardest look-alike; this is the generator's main difficulty knob (calibrated,
-    #: see docs/telemetry.md).
-    marginal_bank_share: float = 0.15
-    infant_factor: float = 4.0  # extra hazard multiplier for a brand-new GPU, decaying over ~2 weeks
-    repair_hours: tuple[float, float] = (12.0, 96.0)
-
-    def __post_init__(self) -> None:
-        if self.gpus < 1 or self.days <= 0 or self.interval_s < 60 or self.gpus_per_node < 1:
-            raise ValueError("gpus and gpus_per_node must be >= 1, days > 0 and interval_s >= 60")
-        if not 0 <= self.sudden_fraction <= 1 or self.failure_rate < 0 or self.false_precursor_rate < 0:
-            raise ValueError("rates must be >= 0 and sudden_fraction within [0, 1]")
-        if not 0 <= self.marginal_bank_share <= 1:
-            raise ValueError("marginal_bank_share must be within [0, 1]")
-
-
-@dataclass(frozen=True, eq=False)
-class Fleet:
-    table: TelemetryTable
-    labels: list[FailureLabel]
-    #: GPU UUID -> failure kind, for GPUs that failed (ground truth beyond labels.csv, for tests and docs).
-    kinds: dict[str, FailureKind] = field(default_factory=dict)
-    #: GPU UUID -> the :class:`Episode` kinds it had without failing.
-    false_alarm_gpus: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    #: Every look-alike episode on any GPU, failing or not: (GPU UUID, :class:`Episode`, start, epoch seconds).
-    episodes: tuple[tuple[str, Episode, float], ...] = ()
-    #: Node-wide events: (node, ``hot_aisle`` | ``power_brake``, start, end), epoch seconds.
-    node_events: tuple[tuple[str, str, float, float], ...] = ()
+from telemetry.schema import FailureLabel
+from telemetry.synth_faults import Channels, failure_kind, fatal_xid, healthy_channels, look_alike, precursor
+from telemetry.synth_nodes import GPUS_PER_SWITCH as GPUS_PER_SWITCH
+from telemetry.synth_nodes import Node, NodeEvent, make_node
+from telemetry.synth_readings import LEAKAGE_W_PER_C as LEAKAGE_W_PER_C
+from telemetry.synth_readings import read_out
+from telemetry.synth_steps import StepGrid
+from telemetry.synth_table import TableWriter
+from telemetry.synth_types import DEFAULT_START as DEFAULT_START
+from telemetry.synth_types import HOUR as HOUR
+from telemetry.synth_types import MODELS as MODELS
+from telemetry.synth_types import Episode as Episode
+from telemetry.synth_types import FailureKind as FailureKind
+from telemetry.synth_types import Fleet as Fleet
+from telemetry.synth_types import FleetConfig as FleetConfig
+from telemetry.synth_types import GpuModel as GpuModel
 
 
 def generate(config: FleetConfig) -> Fleet:
@@ -129,60 +64,22 @@ def generate(config: FleetConfig) -> Fleet:
     return _Generator(config).run()
 
 
-# ---------------------------------------------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class _Node:
-    name: str
-    model: GpuModel
-    ambient: float
-    busy: np.ndarray  # bool per step
-    util: np.ndarray  # float per step (0 when idle)
-    mem_frac: np.ndarray
-    thermal: np.ndarray  # extra degrees from cooling incidents, the same for every GPU of the node
-    brake: np.ndarray  # probability per step of a PSU-driven power-brake assertion, every GPU of the node
-    switch_replays: np.ndarray  # (switches, steps): PCIe replays per hour from a switch event, shared by its GPUs
-    storm: np.ndarray  # bool per step: a buggy job is raising application XIDs
-
-
-@dataclass(slots=True)
-class _Channels:
-    """Per-step latent rates for one GPU, which faults add to before readings are drawn from them."""
-
-    sbe_rate: np.ndarray  # corrected ECC errors per hour while the memory is in use
-    row_rate: np.ndarray  # new failing rows per hour (each is remapped or its page retired) while in use
-    remaps: np.ndarray  # remaps that happen at a given step whatever the load (weak cells)
-    temp_extra: np.ndarray
-    power_extra: np.ndarray
-    power_sigma: np.ndarray
-    brake_p: np.ndarray
-    pcie_rate: np.ndarray
-    other_xid_rate: np.ndarray
-
-
-@dataclass(slots=True)
-class _Columns:
-    parts: dict[str, list[np.ndarray]] = field(default_factory=lambda: {c: [] for c in NUMERIC_COLUMNS})
-    ts: list[np.ndarray] = field(default_factory=list)
-    node_codes: list[np.ndarray] = field(default_factory=list)
-    gpu_codes: list[np.ndarray] = field(default_factory=list)
-    node_names: list[str] = field(default_factory=list)
-    gpu_names: list[str] = field(default_factory=list)
-
-
 class _Generator:
+    """One generation: walks the fleet node by node and slot by slot, and keeps the ground truth as it goes.
+
+    Every node and slot draws from its own seed (spawned from ``config.seed``), and within one the draws come in a
+    fixed order: reordering them would change every fleet.
+    """
+
     def __init__(self, config: FleetConfig) -> None:
         self.c = config
-        self.steps = int(round(config.days * 86_400 / config.interval_s))
-        self.dt_h = config.interval_s / HOUR
-        self.t = config.start + config.interval_s * np.arange(1, self.steps + 1, dtype=np.float64)
+        self.grid = StepGrid(config)
         self.labels: list[FailureLabel] = []
         self.kinds: dict[str, FailureKind] = {}
         self.false_alarm: dict[str, tuple[str, ...]] = {}
         self.episodes: list[tuple[str, Episode, float]] = []
-        self.node_events: list[tuple[str, str, float, float]] = []
-        self.out = _Columns()
+        self.node_events: list[NodeEvent] = []
+        self.out = TableWriter(self.grid.t)
 
     def run(self) -> Fleet:
         n_nodes = math.ceil(self.c.gpus / self.c.gpus_per_node)
@@ -192,258 +89,17 @@ class _Generator:
             slots = min(self.c.gpus_per_node, remaining)
             remaining -= slots
             node_rng, *slot_seeds = ss.spawn(slots + 1)
-            node = self._node(f"node{i:04d}", np.random.default_rng(node_rng))
+            node = make_node(
+                f"node{i:04d}",
+                np.random.default_rng(node_rng),
+                self.grid,
+                gpus_per_node=self.c.gpus_per_node,
+                events=self.node_events,
+            )
             for slot, seed in enumerate(slot_seeds):
                 self._slot(node, slot, np.random.default_rng(seed))
-        return self._finish()
-
-    # -- nodes --------------------------------------------------------------------------------------------------
-
-    def _node(self, name: str, rng: np.random.Generator) -> _Node:
-        models = [m for m, _ in MODELS]
-        model = models[rng.choice(len(models), p=[p for _, p in MODELS])]
-        busy = np.zeros(self.steps, dtype=bool)
-        util = np.zeros(self.steps)
-        mem = np.full(self.steps, 0.01)
-        k = 0
-        is_busy = rng.random() < 0.8
-        while k < self.steps:
-            hours = rng.lognormal(math.log(18), 1.0) if is_busy else rng.exponential(4.0)
-            n = max(1, int(round(hours / self.dt_h)))
-            if is_busy:
-                busy[k : k + n] = True
-                util[k : k + n] = rng.uniform(55, 98)
-                mem[k : k + n] = rng.uniform(0.35, 0.95)
-            k += n
-            is_busy = not is_busy
-        util = np.where(busy, np.clip(util + rng.normal(0, 4, self.steps), 0, 100), rng.uniform(0, 2, self.steps))
-        # A hot aisle: a CRAC unit or fan wall failing heats every GPU of the node alike, ramping up and back down.
-        thermal = np.zeros(self.steps)
-        for start, length in self._episodes(rng, rate_per_year=3.0, hours=(3, 72)):
-            amp, ramp = rng.uniform(4, 15), rng.uniform(1, 8)
-            local = np.arange(length) * self.dt_h
-            shape = np.minimum(1.0, local / ramp) * np.minimum(1.0, (length * self.dt_h - local) / ramp)
-            thermal[start : start + length] += (amp * shape)[: self.steps - start]
-            self._node_event(name, "hot_aisle", start, length)
-        # A PSU or PDU event asserts the external power brake on every GPU of the node for a while.
-        brake = np.zeros(self.steps)
-        for start, length in self._episodes(rng, rate_per_year=2.0, hours=(1, 12)):
-            brake[start : start + length] = rng.uniform(0.2, 0.8)
-            self._node_event(name, "power_brake", start, length)
-        # A PCIe switch or retimer event makes both GPUs behind the switch replay.
-        switches = math.ceil(self.c.gpus_per_node / GPUS_PER_SWITCH)
-        switch_replays = np.zeros((switches, self.steps))
-        for s in range(switches):
-            for start, length in self._episodes(rng, rate_per_year=1.0, hours=(1, 36)):
-                switch_replays[s, start : start + length] += rng.lognormal(math.log(4), 1.0)
-        storm = np.zeros(self.steps, dtype=bool)
-        for start, length in self._episodes(rng, rate_per_year=6.0, hours=(1, 12)):
-            storm[start : start + length] = True
-        return _Node(name, model, rng.normal(0, 2.5), busy, util, mem, thermal, brake, switch_replays, storm)
-
-    def _node_event(self, node: str, kind: str, start: int, length: int) -> None:
-        end = min(start + length, self.steps) - 1
-        self.node_events.append((node, kind, float(self.t[start]), float(self.t[end])))
-
-    def _starts(self, rng: np.random.Generator, *, rate_per_year: float, span: int) -> list[int]:
-        """Start steps of a Poisson process with ``rate_per_year`` over ``span`` steps."""
-        expected = rate_per_year * span * self.dt_h / 8760.0
-        return [int(rng.integers(0, max(1, span))) for _ in range(rng.poisson(expected))]
-
-    def _episodes(
-        self, rng: np.random.Generator, *, rate_per_year: float, hours: tuple[float, float]
-    ) -> list[tuple[int, int]]:
-        """(start, length) of episodes over the whole simulation, lengths uniform in ``hours``."""
-        out = []
-        for _ in range(rng.poisson(rate_per_year * self.steps * self.dt_h / 8760.0)):
-            start = int(rng.integers(0, self.steps))  # start, then length: reordering draws changes every fleet
-            out.append((start, max(1, int(round(rng.uniform(*hours) / self.dt_h)))))
-        return out
-
-    # -- GPU slots ------------------------------------------------------------------------------------------------
-
-    def _slot(self, node: _Node, slot: int, rng: np.random.Generator) -> None:
-        birth = 0
-        age_days = rng.uniform(30, 900)
-        while birth < self.steps:
-            death = self._gpu(node, slot, rng, birth, age_days)
-            if death is None:
-                return
-            birth = death + 1 + int(round(rng.uniform(*self.c.repair_hours) / self.dt_h))
-            age_days = 0.0
-
-    def _gpu(self, node: _Node, slot: int, rng: np.random.Generator, birth: int, age_days: float) -> int | None:
-        """Simulate one GPU from ``birth``; returns the step of its fatal failure, or None if it survives."""
-        c, dt = self.c, self.dt_h
-        span = self.steps - birth
-        uuid = f"GPU-{uuidlib.UUID(bytes=rng.bytes(16))}"
-        age_h = age_days * 24 + dt * np.arange(span)
-        hazard = c.failure_rate / 8760.0 * (1 + c.infant_factor * np.exp(-age_h / (24 * 15))) * dt
-        death = int(np.searchsorted(np.cumsum(hazard), rng.exponential(1.0)))
-        fails = death < span
-        length = death + 1 if fails else span
-        sl = slice(birth, birth + length)
-        model = node.model
-        util, busy = node.util[sl].copy(), node.busy[sl]
-        util[busy] = np.clip(util[busy] + rng.normal(0, 3, busy.sum()), 0, 100)
-
-        # Baselines shared by every GPU. Cosmic-ray soft errors: a sparse trickle of corrected errors on some GPUs.
-        background = rng.lognormal(math.log(0.01), 1.0) if rng.random() < 0.15 else 0.0
-        ch = _Channels(
-            sbe_rate=np.full(length, background),
-            row_rate=np.zeros(length),
-            remaps=np.zeros(length),
-            temp_extra=node.thermal[sl] + (rng.uniform(6, 10) if rng.random() < 0.02 else 0.0),
-            power_extra=np.zeros(length),
-            power_sigma=np.full(length, 8.0),
-            brake_p=node.brake[sl].copy(),
-            pcie_rate=node.switch_replays[slot // GPUS_PER_SWITCH, sl]
-            + (rng.lognormal(math.log(1.0), 0.7) if rng.random() < 0.05 else 0.001),
-            other_xid_rate=np.full(length, 0.0005),
-        )
-
-        kind: FailureKind | None = None
-        if fails:
-            kind = self._failure_kind(rng)
-            if kind is not FailureKind.SUDDEN:
-                # Roughly where the GPU's temperature would end without the fault (a runaway ends at shutdown).
-                end_temp = 27 + node.ambient + 0.38 * float(util[-6:].max()) + float(ch.temp_extra[-1])
-                _precursor(rng, kind, length, dt, ch, end_temp=end_temp)
-        for start in self._starts(rng, rate_per_year=c.false_precursor_rate, span=length):
-            episode = _look_alike(rng, (np.arange(length) - start) * dt, c.marginal_bank_share, ch)
-            self.episodes.append((uuid, episode, float(self.t[birth + start])))
-            if not fails:
-                self.false_alarm[uuid] = (*self.false_alarm.get(uuid, ()), str(episode))
-
-        # Readings.
-        temp = 27 + node.ambient + rng.normal(0, 1.5) + 0.38 * util + ch.temp_extra + rng.normal(0, 1.2, length)
-        thermal_p = np.clip((temp - 83) / 6, 0, 1)
-        sw_thermal = rng.random(length) < thermal_p
-        hw_thermal = temp > 89
-        clock = model.idle_clock + (model.max_clock - model.idle_clock) * np.minimum(1, util / 40)
-        brake = rng.random(length) < ch.brake_p
-        clock = clock * (1 - 0.25 * np.clip((temp - 85) / 10, 0, 1)) * (1 - 0.15 * brake)
-        power = (
-            65
-            + model.watts_per_util * util * (clock / model.max_clock)
-            + LEAKAGE_W_PER_C * ch.temp_extra
-            + ch.power_extra
-            + rng.normal(0, 1, length) * ch.power_sigma
-        )
-        power = np.maximum(power, 40)
-        cap = busy & (util > 90) & (rng.random(length) < 0.3)
-        throttle = (
-            np.where(~busy, int(Throttle.GPU_IDLE), 0)
-            | np.where(sw_thermal, int(Throttle.SW_THERMAL_SLOWDOWN), 0)
-            | np.where(hw_thermal, int(Throttle.HW_THERMAL_SLOWDOWN | Throttle.HW_SLOWDOWN), 0)
-            | np.where(cap, int(Throttle.SW_POWER_CAP), 0)
-            | np.where(brake, int(Throttle.HW_POWER_BRAKE_SLOWDOWN | Throttle.HW_SLOWDOWN), 0)
-        )
-        mem_used = np.where(busy, node.mem_frac[sl] * model.memory_mb, rng.uniform(300, 900, length))
-
-        # Memory errors are found when the memory is read: mostly by jobs, a little by idle traffic.
-        access = 0.15 + 0.85 * busy
-        sbe_new = rng.poisson(ch.sbe_rate * access * dt)
-        sbe0 = rng.poisson(background * age_days * 24 * 0.5) + (rng.integers(100, 5000) if rng.random() < 0.05 else 0)
-        sbe_total = sbe0 + np.cumsum(sbe_new)
-        repairs_new = rng.poisson(ch.row_rate * access * dt) + ch.remaps
-        repairs0 = int(rng.poisson(sbe0 / 200 + age_days / 365 * 0.5))  # rows fenced off earlier in its life
-        repairs_total = repairs0 + np.cumsum(repairs_new)
-        dbe_total = np.full(length, 1 if rng.random() < 0.02 else 0)
-        pcie_total = np.cumsum(rng.poisson(ch.pcie_rate * dt))
-
-        # XIDs: one code per row, the most serious one of the interval.
-        xid = np.zeros(length, dtype=np.int64)
-        app_rate = np.where(busy, 0.002, 0.0) + np.where(node.storm[sl] & busy, 0.3, 0.0)
-        app_hits = rng.random(length) < 1 - np.exp(-app_rate * dt)
-        xid[app_hits] = rng.choice([13, 31, 43, 45, 68], size=int(app_hits.sum()), p=[0.3, 0.35, 0.2, 0.1, 0.05])
-        other_hits = rng.random(length) < 1 - np.exp(-ch.other_xid_rate * dt)
-        xid[other_hits] = rng.choice([61, 62, 8], size=int(other_hits.sum()))
-        xid[repairs_new > 0] = 63
-
-        if fails:
-            assert kind is not None
-            code = self._fatal_xid(rng, kind, model)
-            xid[-1] = code
-            if code in (48, 94, 95):
-                dbe_total[-1] += 1
-            failed_at = self.t[birth + length - 1] - rng.uniform(0, c.interval_s)
-            self.labels.append(FailureLabel(gpu_uuid=uuid, failed_at=float(failed_at), cause=f"xid_{code}"))
-            self.kinds[uuid] = kind
-
-        retired = repairs_total if model.page_retirement else np.full(length, np.nan)
-        remapped = np.full(length, np.nan) if model.page_retirement else repairs_total
-        self._emit(
-            node.name,
-            uuid,
-            sl,
-            {
-                "gpu_util": np.round(util, 1),
-                "mem_used_mb": np.round(mem_used),
-                "mem_total_mb": np.full(length, model.memory_mb),
-                "temperature_c": np.round(temp, 1),
-                "power_w": np.round(power, 1),
-                "sm_clock_mhz": np.round(clock),
-                "ecc_corrected_total": sbe_total,
-                "ecc_uncorrected_total": dbe_total,
-                "retired_pages": retired,
-                "xid": xid,
-                "throttle_reasons": throttle,
-                "remapped_rows": remapped,
-                "pcie_replay": pcie_total,
-            },
-        )
-        return birth + length - 1 if fails else None
-
-    def _failure_kind(self, rng: np.random.Generator) -> FailureKind:
-        if rng.random() < self.c.sudden_fraction:
-            return FailureKind.SUDDEN
-        kinds = (FailureKind.MEMORY, FailureKind.THERMAL, FailureKind.LINK)
-        return kinds[rng.choice(3, p=[0.6, 0.15, 0.25])]
-
-    @staticmethod
-    def _fatal_xid(rng: np.random.Generator, kind: FailureKind, model: GpuModel) -> int:
-        # Contained/uncontained errors (94/95) exist from Ampere on; an older GPU reports a DBE as XID 48.
-        memory = (
-            ([48, 64, 92], [0.6, 0.15, 0.25])
-            if model.page_retirement
-            else ([94, 95, 48, 64, 92], [0.35, 0.15, 0.1, 0.15, 0.25])
-        )
-        options = {
-            FailureKind.MEMORY: memory,
-            FailureKind.THERMAL: ([79, 119, 120], [0.7, 0.15, 0.15]),
-            FailureKind.LINK: ([79, 74, 119], [0.6, 0.2, 0.2]),
-            FailureKind.SUDDEN: ([79, 74, 119, 120, 48, 95], [0.4, 0.15, 0.15, 0.1, 0.1, 0.1]),
-        }
-        codes, weights = options[kind]
-        if kind is FailureKind.SUDDEN and model.page_retirement:
-            codes = [48 if code == 95 else code for code in codes]
-        return int(rng.choice(codes, p=weights))
-
-    def _emit(self, node: str, uuid: str, sl: slice, cols: dict[str, np.ndarray]) -> None:
-        out = self.out
-        n = sl.stop - sl.start
-        if not out.node_names or out.node_names[-1] != node:
-            out.node_names.append(node)
-        out.ts.append(self.t[sl])
-        out.node_codes.append(np.full(n, len(out.node_names) - 1, dtype=np.int32))
-        out.gpu_codes.append(np.full(n, len(out.gpu_names), dtype=np.int32))
-        out.gpu_names.append(uuid)
-        for c in NUMERIC_COLUMNS:
-            out.parts[c].append(np.asarray(cols[c], dtype=np.float64))
-
-    def _finish(self) -> Fleet:
-        out = self.out
-        table = table_from_codes(
-            np.concatenate(out.ts),
-            np.concatenate(out.node_codes),
-            out.node_names,
-            np.concatenate(out.gpu_codes),
-            out.gpu_names,
-            {c: np.concatenate(parts) for c, parts in out.parts.items()},
-        )
         return Fleet(
-            table=table,
+            table=self.out.table(),
             labels=sorted(self.labels, key=lambda lb: lb.failed_at),
             kinds=dict(self.kinds),
             false_alarm_gpus=dict(self.false_alarm),
@@ -451,82 +107,80 @@ class _Generator:
             node_events=tuple(self.node_events),
         )
 
+    def _slot(self, node: Node, slot: int, rng: np.random.Generator) -> None:
+        """One GPU slot over the whole simulation: a GPU of random age, and after each failure a new one (age 0)
+        once the repair delay is over."""
+        birth = 0
+        age_days = rng.uniform(30, 900)
+        while birth < self.grid.steps:
+            death = self._gpu(node, slot, rng, birth, age_days)
+            if death is None:
+                return
+            birth = death + 1 + int(round(rng.uniform(*self.c.repair_hours) / self.grid.dt_h))
+            age_days = 0.0
 
-# -- fault processes ----------------------------------------------------------------------------------------------
+    def _gpu(self, node: Node, slot: int, rng: np.random.Generator, birth: int, age_days: float) -> int | None:
+        """Simulate one GPU from ``birth``; returns the step of its fatal failure, or None if it survives.
 
+        Phases: its lifetime, its own load, the healthy baseline of its latent rates, the faults that add to them,
+        the readings drawn from them, and, if it fails, the failure itself.
+        """
+        uuid = f"GPU-{uuidlib.UUID(bytes=rng.bytes(16))}"
+        length, fails = self._lifetime(rng, birth, age_days)
+        sl = slice(birth, birth + length)
+        util, busy = node.util[sl].copy(), node.busy[sl]
+        util[busy] = np.clip(util[busy] + rng.normal(0, 3, busy.sum()), 0, 100)
+        ch, background = healthy_channels(rng, node, slot, sl)
+        kind = self._faults(rng, uuid, node, sl, util, ch, fails=fails)
+        cols = read_out(rng, node, sl, util, ch, background=background, age_days=age_days, dt=self.grid.dt_h)
+        if kind is not None:
+            self._fail(rng, uuid, kind, node, sl, cols)
+        self.out.emit(node.name, uuid, sl, cols)
+        return sl.stop - 1 if fails else None
 
-def _precursor(
-    rng: np.random.Generator, kind: FailureKind, length: int, dt: float, ch: _Channels, *, end_temp: float
-) -> None:
-    """Add a failing GPU's precursor, which ends at its last step. ``p`` runs from 0 at onset to 1 at the failure;
-    ``end_temp`` is about where the GPU's temperature would end without the fault.
+    def _lifetime(self, rng: np.random.Generator, birth: int, age_days: float) -> tuple[int, bool]:
+        """How many steps the GPU born at ``birth`` lives, and whether its life ends in a fatal failure (else it
+        survives the simulation). The hazard is a bathtub: ``failure_rate`` per GPU-year, ``infant_factor`` times
+        higher for a brand-new GPU, decaying over about two weeks."""
+        c, dt = self.c, self.grid.dt_h
+        span = self.grid.steps - birth
+        age_h = age_days * 24 + dt * np.arange(span)
+        hazard = c.failure_rate / 8760.0 * (1 + c.infant_factor * np.exp(-age_h / (24 * 15))) * dt
+        death = int(np.searchsorted(np.cumsum(hazard), rng.exponential(1.0)))
+        fails = death < span
+        return (death + 1 if fails else span), fails
 
-    Each precursor's lead and strength are drawn per GPU, so some are too short or too faint to see."""
-    lead_h = {FailureKind.MEMORY: 72.0, FailureKind.THERMAL: 36.0, FailureKind.LINK: 48.0}[kind]
-    lead = int(round(np.clip(rng.lognormal(math.log(lead_h), 0.7), 4, 240) / dt))
-    onset = max(0, length - lead)
-    p = np.zeros(length)
-    p[onset:] = np.linspace(0, 1, length - onset, endpoint=False)
-    active = np.arange(length) >= onset
-    if kind is FailureKind.MEMORY:
-        # Wear-out of a bank or stack: the corrected-error rate grows exponentially, and errors land on ever more
-        # distinct rows (each is remapped, with XID 63), so the remap count keeps climbing too.
-        r0, growth = rng.lognormal(math.log(0.6), 1.0), rng.uniform(2.0, 5.0)
-        rate = np.where(active, r0 * np.exp(growth * p), 0.0)
-        ch.sbe_rate += rate
-        ch.row_rate += rate / rng.uniform(6, 30)  # corrected errors per newly failing row
-        if rng.random() < 0.4:  # the damage is in the die or its supply too: leakage rises a little
-            drift = p**2 * np.where(active, 1.0, 0.0)
-            ch.temp_extra += rng.uniform(1, 4) * drift
-            ch.power_extra += rng.uniform(5, 20) * drift
-    elif kind is FailureKind.THERMAL:
-        # The cooling path degrades: thermal resistance rises, leakage power rises with heat and feeds it back,
-        # until the GPU reaches its shutdown temperature (88-98 C) and drops off the bus.
-        amp, shape = float(np.clip(rng.uniform(88, 98) - end_temp, 8, 45)), rng.uniform(1.5, 3.0)
-        heat = amp * p**shape
-        ch.temp_extra += heat
-        ch.power_extra += rng.uniform(0.5, 1.5) * heat
-    elif kind is FailureKind.LINK:
-        # A marginal PCIe link or power stage: replays accelerate, power turns unsteady, the GPU brakes itself.
-        q0, growth = rng.lognormal(math.log(0.5), 1.0), rng.uniform(2.0, 4.5)
-        ch.pcie_rate += np.where(active, q0 * np.exp(growth * p), 0.0)
-        ch.power_sigma += rng.uniform(10, 60) * p
-        ch.brake_p += rng.uniform(0.1, 0.5) * p
-        ch.other_xid_rate += 0.04 * p
-
-
-def _look_alike(rng: np.random.Generator, hours: np.ndarray, marginal_share: float, ch: _Channels) -> Episode:
-    """A precursor-like episode that resolves by itself; ``hours`` is time since its start at each step."""
-    roll = rng.random()
-    if roll < 0.5:
-        n_rows, span = 1, 0.0
-        kind = Episode.WEAK_CELL
-        if rng.random() < marginal_share:
-            # A marginal bank: a handful of weak rows surface at random times over a few days (after a change in
-            # temperature or access pattern), each is remapped, and then the bank is quiet. No acceleration.
-            n_rows, span = int(rng.integers(3, 9)), rng.uniform(24, 96)
-            kind = Episode.MARGINAL_BANK
-        starts = np.sort(rng.uniform(0, span, n_rows)) if n_rows > 1 else np.zeros(1)
-        for at in starts:
-            # One weak cell: it errs whenever its row is read until the row is remapped (recorded within the first
-            # hour or two, XID 63) and the job holding the page moves on; then it is fenced off for good.
-            duration = rng.uniform(1, 10)
-            rate = rng.lognormal(math.log(6), 1.0)
-            ch.sbe_rate += np.where((hours >= at) & (hours < at + duration), rate, 0.0)
-            recorded = np.flatnonzero(hours >= at + min(rng.uniform(0, 2), duration))
-            if recorded.size:
-                ch.remaps[recorded[0]] += 1 if rng.random() < 0.85 else 2
+    def _faults(
+        self, rng: np.random.Generator, uuid: str, node: Node, sl: slice, util: np.ndarray, ch: Channels, *, fails: bool
+    ) -> FailureKind | None:
+        """Add the GPU's faults to its latent rates: the precursor of its failure (if it fails, and not suddenly),
+        then look-alike episodes at ``false_precursor_rate``, which failing GPUs get too. Returns the kind of
+        failure, or None if it survives; look-alikes are recorded as ground truth."""
+        c, dt = self.c, self.grid.dt_h
+        length = sl.stop - sl.start
+        kind: FailureKind | None = None
+        if fails:
+            kind = failure_kind(rng, c.sudden_fraction)
+            if kind is not FailureKind.SUDDEN:
+                # Roughly where the GPU's temperature would end without the fault (a runaway ends at shutdown).
+                end_temp = 27 + node.ambient + 0.38 * float(util[-6:].max()) + float(ch.temp_extra[-1])
+                precursor(rng, kind, length, dt, ch, end_temp=end_temp)
+        for start in self.grid.starts(rng, rate_per_year=c.false_precursor_rate, span=length):
+            episode = look_alike(rng, (np.arange(length) - start) * dt, c.marginal_bank_share, ch)
+            self.episodes.append((uuid, episode, float(self.grid.t[sl.start + start])))
+            if not fails:
+                self.false_alarm[uuid] = (*self.false_alarm.get(uuid, ()), str(episode))
         return kind
-    if roll < 0.75:
-        # A blocked air path (a cable, a clogged filter): the GPU settles at a new, higher temperature within hours,
-        # stays there for days, and recovers when it is fixed. It heats to a plateau; a runaway keeps accelerating.
-        amp, tau, hold = rng.uniform(3, 14), rng.uniform(1, 12), rng.uniform(12, 144)
-        rise = 1 - np.exp(-np.clip(hours, 0, None) / tau)
-        fall = np.exp(-np.clip(hours - hold, 0, None) / tau)
-        ch.temp_extra += np.where(hours >= 0, amp * rise * fall, 0.0)
-        return Episode.HOT_SPELL
-    # A marginal link that replays for a while, then retrains (perhaps at a lower width) and is clean again.
-    duration = rng.uniform(1, 36)
-    in_burst = (hours >= 0) & (hours < duration)
-    ch.pcie_rate += np.where(in_burst, rng.lognormal(math.log(0.5), 1.0) * rng.uniform(5, 40), 0.0)
-    return Episode.LINK_RETRAIN
+
+    def _fail(
+        self, rng: np.random.Generator, uuid: str, kind: FailureKind, node: Node, sl: slice, cols: dict[str, np.ndarray]
+    ) -> None:
+        """End the GPU's last row with the failure's XID (an uncorrectable error counted where it is one) and label
+        it, failed at a random instant of its last interval."""
+        code = fatal_xid(rng, kind, node.model)
+        cols["xid"][-1] = code
+        if code in (48, 94, 95):
+            cols["ecc_uncorrected_total"][-1] += 1
+        failed_at = self.grid.t[sl.stop - 1] - rng.uniform(0, self.c.interval_s)
+        self.labels.append(FailureLabel(gpu_uuid=uuid, failed_at=float(failed_at), cause=f"xid_{code}"))
+        self.kinds[uuid] = kind

@@ -12,36 +12,29 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.extensions import OpenApiAuthenticationExtension, OpenApiSerializerExtension
+from drf_spectacular.extensions import OpenApiSerializerExtension
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.plumbing import ComponentRegistry
 from drf_spectacular.utils import Direction
 from rest_framework import authentication, permissions, serializers
 
 from portal.api.serializers import ErrorSerializer, ValidationErrorSerializer
-from portal.nodes.auth import IsNodeAgent, NodeTokenAuthentication
 
-#: Permissions that refuse only a caller who is not authenticated, which is a 401, never a 403. IsNodeAgent is one
-#: because agent views authenticate node tokens and nothing else, so any authenticated caller there is a node.
-AUTHENTICATION_ONLY = (permissions.AllowAny, permissions.IsAuthenticated, IsNodeAgent)
+#: Permissions that refuse only a caller who is not authenticated, which is a 401, never a 403. A permission class of
+#: an app says it is one with ``authentication_only = True`` (the node agents' ``IsNodeAgent``: agent views
+#: authenticate node tokens and nothing else, so any authenticated caller there is a node).
+AUTHENTICATION_ONLY = (permissions.AllowAny, permissions.IsAuthenticated)
+
+
+def _authentication_only(permission: object) -> bool:
+    return isinstance(permission, AUTHENTICATION_ONLY) or getattr(permission, "authentication_only", False)
+
+
 #: Query parameters whose bad values are a 404, not a 400: DRF's page number and its ``?format=`` override.
 NOT_FOUND_PARAMETERS = {"page": "`page` is past the last page, or not a page number", "format": "no such `format`"}
 
 
 # Extensions register themselves in drf-spectacular's __init_subclass__, which is not annotated; hence the ignores.
-class NodeTokenScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-call]
-    target_class = NodeTokenAuthentication
-    name = "nodeTokenAuth"
-
-    def get_security_definition(self, auto_schema: AutoSchema) -> dict[str, Any]:
-        return {
-            "type": "apiKey",
-            "in": "header",
-            "name": "Authorization",
-            "description": "A node agent's token, as `Node <token>` (`manage.py node_token NODE` prints one).",
-        }
-
-
 class ValidationErrorSchema(OpenApiSerializerExtension):  # type: ignore[no-untyped-call]
     """DRF's field errors as they are: an object keyed by the input's own fields, so no serializer can declare it."""
 
@@ -97,7 +90,7 @@ class CorralAutoSchema(AutoSchema):
                 refused = "Credentials that are not valid, although this needs none"
             answers["401"] = self._answer(ErrorSerializer, f"{refused}; `WWW-Authenticate` names the scheme.")
         forbidden = []
-        if any(not isinstance(p, AUTHENTICATION_ONLY) for p in self.view.get_permissions()):
+        if not all(_authentication_only(p) for p in self.view.get_permissions()):
             forbidden.append("Signed in, but not allowed here.")
         session = any(isinstance(a, authentication.SessionAuthentication) for a in authenticators)
         if session and self.method not in permissions.SAFE_METHODS:

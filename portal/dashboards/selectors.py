@@ -21,7 +21,6 @@ from django.contrib.auth import get_user_model
 from django.db.models import BooleanField, Count, ExpressionWrapper, F, Max, Min, Q, QuerySet, Sum
 from django.db.models.functions import TruncHour, TruncMinute
 
-from portal.dashboards.expressions import EpochSeconds
 from portal.dashboards.stats import (
     Cluster,
     Dashboard,
@@ -34,6 +33,7 @@ from portal.dashboards.stats import (
     step_series,
 )
 from portal.dashboards.usage import usage_by_owner
+from portal.db import EpochSeconds
 from portal.jobs.models import TERMINAL_STATES, Allocation, Job
 from portal.nodes.models import Gpu
 from portal.scheduler.models import SchedulerRound

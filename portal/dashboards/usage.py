@@ -6,7 +6,7 @@ same interval by the GPU's measured utilization: every rollup of that GPU overla
 overlap times its mean ``gpu_util`` / 100, and the overlaps themselves are the *covered* time. Rollups, not samples:
 a 30-day window reads at most one row per GPU-hour.
 
-Interval arithmetic is done on seconds since the epoch (:class:`~portal.dashboards.expressions.EpochSeconds`).
+Interval arithmetic is done on seconds since the epoch (:class:`~portal.db.EpochSeconds`).
 Each allocation's rollups are found by a correlated subquery that compares the raw ``bucket`` column, so both
 databases walk the (period, gpu, bucket) unique index per allocation instead of pairing every rollup with every
 allocation of its GPU.
@@ -22,8 +22,8 @@ from django.db import connection, transaction
 from django.db.models import DateTimeField, F, FloatField, OuterRef, Q, QuerySet, Subquery, Sum, Value
 from django.db.models.functions import Coalesce, Greatest, Least
 
-from portal.dashboards.expressions import EpochSeconds
 from portal.dashboards.stats import Usage, Window
+from portal.db import EpochSeconds
 from portal.jobs.models import Allocation, Job
 from portal.telemetry.models import Rollup
 

@@ -74,7 +74,7 @@ class Job(models.Model):
     log_dropped = models.PositiveBigIntegerField(
         default=0, help_text="Characters of output deleted to keep the log within CORRAL_JOB_LOG_MAX_CHARS."
     )
-    # The start forecast (portal.scheduler.forecast), refreshed for pending jobs every CORRAL_FORECAST_EVERY
+    # The start forecast (portal.scheduler.services), refreshed for pending jobs every CORRAL_FORECAST_EVERY
     # seconds. Not a state change, so no event: read it through ``start_forecast``, which drops stale values.
     start_outlook = models.CharField(
         max_length=16, blank=True, help_text="A scheduling.core.forecast.StartOutlook; empty: not forecast yet."

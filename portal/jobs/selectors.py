@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from django.conf import settings
 from django.db.models import Prefetch, Q, QuerySet
 
-from portal.jobs.models import Job, JobLogChunk, JobTask, executed_seconds
+from portal.jobs.models import Allocation, Job, JobLogChunk, JobTask, executed_seconds
 from scheduling.core.durations import format_duration
 from scheduling.core.forecast import StartOutlook
 from scheduling.core.states import JobState
@@ -235,3 +235,38 @@ def job_history_trace(*, since: datetime | None = None, until: datetime | None =
 def jobs_with_placement(queryset: QuerySet[Job]) -> QuerySet[Job]:
     """Prefetch what the job serializer shows about placement, so a page of jobs costs a fixed number of queries."""
     return queryset.prefetch_related(Prefetch("tasks", queryset=JobTask.objects.select_related("node")))
+
+
+# -- what the live scheduler reads ---------------------------------------------------------------------------------
+#: Cancelled jobs are left out of what policies learn: their service was cut short by a person, not by their work.
+LEARNED_STATES = (JobState.SUCCEEDED.value, JobState.FAILED.value)
+
+
+def jobs_in_system() -> list[Job]:
+    """Every pending and running job with its tenant and user, oldest submission first (the queue's order). One
+    query."""
+    return list(
+        Job.objects.filter(state__in=[JobState.PENDING.value, JobState.RUNNING.value])
+        .select_related("tenant", "user")
+        .order_by("submitted_at", "pk")
+    )
+
+
+def jobs_held_gpus(*, job_ids: list[int]) -> list[tuple[int, str, int]]:
+    """The GPUs these jobs hold now, as (job id, node name, GPU id) rows. One query."""
+    return list(
+        Allocation.objects.filter(job_id__in=job_ids, released_at__isnull=True).values_list(
+            "job_id", "node__name", "gpu_id"
+        )
+    )
+
+
+def jobs_finished_since(*, watermark: tuple[datetime, int] | None, limit: int) -> list[Job]:
+    """Finished jobs a policy learns from (succeeded or failed), oldest first: those after ``watermark`` (a
+    ``(finished_at, id)`` pair), or the most recent ``limit`` when there is none yet. One query."""
+    finished = Job.objects.filter(state__in=LEARNED_STATES, finished_at__isnull=False).select_related("tenant", "user")
+    if watermark is None:
+        return list(finished.order_by("-finished_at", "-pk")[:limit])[::-1]
+    at, pk = watermark
+    later = finished.filter(finished_at__gt=at) | finished.filter(finished_at=at, pk__gt=pk)
+    return list(later.order_by("finished_at", "pk"))

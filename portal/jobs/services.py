@@ -7,57 +7,37 @@ never fire for a change that rolled back.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import DateTimeField, DurationField, ExpressionWrapper, F, IntegerField
-from django.db.models.functions import Length
 from django.utils import timezone
 
-from portal.errors import Conflict, NotAllowed, QuotaExceeded, ValidationFailed
+from portal.errors import Conflict, NotAllowed, QuotaExceeded
+from portal.jobs.ledger import RankPlacement, allocate, gang_order, release_task_gpus
 from portal.jobs.models import (
     ACTIVE_STATES,
-    MAX_TIME_LIMIT,
-    Allocation,
     EventKind,
     Job,
     JobEvent,
-    JobLogChunk,
     JobTask,
     TaskState,
 )
-from portal.nodes.models import Gpu
+from portal.jobs.validation import check_fits, membership, resolve_tenant, validate_spec
+from portal.jobs.waiting import jobs_set_wait_reasons
 from portal.queue import SCHEDULE_ROUND, enqueue_on_commit
 from portal.telemetry.exits import XidBlame, fatal_xid_near_exit, xid_exit_window
-from portal.tenants.models import Membership, Quota, Role, Tenant
+from portal.tenants.models import Quota, Role, Tenant
 from scheduling.core.durations import format_duration
+from scheduling.core.model import WaitReason
 from scheduling.core.states import InvalidTransition, JobState, check_reopen, check_transition
+from telemetry.retry import FailureOrigin, RetryDecision, retry_decision
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
-
-MAX_COMMAND_CHARS = 16_000
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-#: Variables the portal sets for each task; a user's env may not override them.
-RESERVED_ENV = frozenset(
-    {
-        "CUDA_VISIBLE_DEVICES",
-        "CORRAL_JOB_ID",
-        "CORRAL_ATTEMPT",
-        "MASTER_ADDR",
-        "MASTER_PORT",
-        "WORLD_SIZE",
-        "RANK",
-        "LOCAL_RANK",
-        "NODE_RANK",
-        "CORRAL_NNODES",
-        "CORRAL_NODE_RANK",
-    }
-)
 
 
 def _record(job: Job, kind: str, *, actor: str, reason: str = "", from_state: str = "", to_state: str = "") -> None:
@@ -93,76 +73,6 @@ def job_transition(job: Job, target: JobState, *, kind: str, actor: str, reason:
     return job
 
 
-def _membership(user: User, tenant: Tenant) -> Membership | None:
-    return Membership.objects.filter(user=user, tenant=tenant).first()
-
-
-def _resolve_tenant(user: User, tenant: Tenant | str | None) -> Tenant:
-    resolved: Tenant | None
-    if isinstance(tenant, Tenant):
-        resolved = tenant
-    elif tenant:
-        resolved = Tenant.objects.filter(slug=tenant).first()
-        if resolved is None:
-            raise ValidationFailed(f"unknown tenant '{tenant}'", field="tenant")
-    else:
-        slugs = list(Membership.objects.filter(user=user).values_list("tenant__slug", flat=True)[:2])
-        if len(slugs) != 1:
-            problem = "you belong to no tenant" if not slugs else "you belong to several tenants; name one"
-            raise ValidationFailed(problem, field="tenant")
-        return Tenant.objects.get(slug=slugs[0])
-    if not user.is_staff and _membership(user, resolved) is None:
-        # Same words as for an unknown tenant: do not confirm that another tenant exists.
-        raise ValidationFailed(f"unknown tenant '{resolved.slug}'", field="tenant")
-    return resolved
-
-
-def _validate_spec(*, name: str, command: str, gpus: int, env: Mapping[str, str], time_limit: int | None) -> None:
-    if not command.strip():
-        raise ValidationFailed("the command is empty", field="command")
-    if len(command) > MAX_COMMAND_CHARS:
-        raise ValidationFailed(f"the command is longer than {MAX_COMMAND_CHARS} characters", field="command")
-    if "\x00" in command:
-        raise ValidationFailed("the command contains a NUL character", field="command")
-    if not name.strip():
-        raise ValidationFailed("the name is empty", field="name")
-    if gpus < 1:
-        raise ValidationFailed("a job needs at least 1 GPU", field="gpus")
-    for key, value in env.items():
-        if not ENV_NAME.match(key):
-            raise ValidationFailed(f"'{key}' is not a valid environment variable name", field="env")
-        if key in RESERVED_ENV:
-            raise ValidationFailed(f"'{key}' is set by Corral and cannot be overridden", field="env")
-        if not isinstance(value, str) or "\x00" in value:
-            raise ValidationFailed(f"the value of '{key}' must be a string without NUL characters", field="env")
-    if time_limit is not None:
-        if isinstance(time_limit, bool) or not isinstance(time_limit, int) or time_limit < 1:
-            raise ValidationFailed("the time limit must be a whole number of seconds, at least 1", field="time_limit")
-        if time_limit > MAX_TIME_LIMIT:
-            raise ValidationFailed(
-                f"the time limit may be at most {format_duration(MAX_TIME_LIMIT)} ({MAX_TIME_LIMIT} seconds); "
-                f"this job asks for {format_duration(time_limit)}",
-                field="time_limit",
-            )
-
-
-def _check_fits(*, tenant: Tenant, gpus: int, quota: Quota | None) -> None:
-    """Refuse at submit a job that could never start, so it does not wait forever with no hope."""
-    if quota is not None and quota.gpu_limit is not None and gpus > quota.gpu_limit:
-        raise ValidationFailed(
-            f"tenant '{tenant.slug}' may use at most {quota.gpu_limit} GPUs at once; this job asks for {gpus}",
-            field="gpus",
-        )
-    if quota is not None and quota.user_gpu_limit is not None and gpus > quota.user_gpu_limit:
-        raise ValidationFailed(
-            f"each member of '{tenant.slug}' may use at most {quota.user_gpu_limit} GPUs; this job asks for {gpus}",
-            field="gpus",
-        )
-    cluster_gpus = Gpu.objects.filter(present=True).count()
-    if gpus > cluster_gpus:
-        raise ValidationFailed(f"the cluster has {cluster_gpus} GPUs; this job asks for {gpus}", field="gpus")
-
-
 @transaction.atomic
 def job_submit(
     *,
@@ -186,10 +96,10 @@ def job_submit(
     """
     env = dict(env or {})
     name = (name or command.strip().split("\n", 1)[0])[:200]
-    _validate_spec(name=name, command=command, gpus=gpus, env=env, time_limit=time_limit)
-    resolved = _resolve_tenant(user, tenant)
+    validate_spec(name=name, command=command, gpus=gpus, env=env, time_limit=time_limit)
+    resolved = resolve_tenant(user, tenant)
     quota = Quota.objects.select_for_update().filter(tenant=resolved).first()
-    _check_fits(tenant=resolved, gpus=gpus, quota=quota)
+    check_fits(tenant=resolved, gpus=gpus, quota=quota)
     if quota is not None and quota.max_active_jobs is not None:
         active = Job.objects.filter(tenant=resolved, state__in=ACTIVE_STATES).count()
         if active >= quota.max_active_jobs:
@@ -212,8 +122,8 @@ def job_submit(
 def _may_manage(user: User, job: Job) -> bool:
     if user.is_staff or job.user_id == user.pk:
         return True
-    membership = _membership(user, job.tenant)
-    return membership is not None and membership.role == Role.ADMIN
+    member = membership(user, job.tenant)
+    return member is not None and member.role == Role.ADMIN
 
 
 @transaction.atomic
@@ -294,6 +204,16 @@ def jobs_enforce_time_limits(*, now: datetime) -> list[int]:
     return failed
 
 
+def _hardware_retry(job: Job) -> RetryDecision:
+    """Whether a job its hardware killed runs again: the one rule (``telemetry.retry.retry_decision``), bounded by
+    ``CORRAL_MAX_HARDWARE_RETRIES``, for both a requeue and a reopening after a late XID."""
+    return retry_decision(
+        FailureOrigin.HARDWARE,
+        hardware_retries_so_far=job.hardware_retries,
+        max_hardware_retries=settings.CORRAL_MAX_HARDWARE_RETRIES,
+    )
+
+
 def job_requeue(job: Job, *, actor: str, reason: str, hardware: bool, kind: EventKind = EventKind.REQUEUED) -> Job:
     """Put a running ``job`` back in the queue as a whole gang: every task of its attempt is told to stop.
 
@@ -310,8 +230,9 @@ def job_requeue(job: Job, *, actor: str, reason: str, hardware: bool, kind: Even
     if job.cancel_requested_at is not None:
         return job_transition(job, JobState.CANCELLED, kind=EventKind.CANCELLED, actor=actor, reason=reason)
     if hardware:
+        retry = _hardware_retry(job)
         job.hardware_retries += 1
-        if job.hardware_retries > settings.CORRAL_MAX_HARDWARE_RETRIES:
+        if not retry.retry:
             job.exit_code = None
             job_transition(
                 job,
@@ -330,72 +251,47 @@ def job_requeue(job: Job, *, actor: str, reason: str, hardware: bool, kind: Even
     return job
 
 
-def job_log_append(*, job: Job, data: str) -> int:
-    """Append ``data`` to ``job``'s output and return the log's new size: every character the job has printed.
+def job_start(*, job_id: int, ranks: Sequence[RankPlacement], actor: str) -> bool:
+    """Start pending job ``job_id`` on ``ranks`` (one per node of its gang): a new attempt, its GPUs allocated in
+    the ledger, one task per node, a ``started`` event naming where. Returns False, leaving the job pending, when it
+    is no longer pending (cancelled since the round read it) or a GPU is still held (a preempted job whose process
+    has not exited yet): then it waits with that reason, and the rest of the round still applies.
 
-    Storage is bounded by ``CORRAL_JOB_LOG_MAX_CHARS`` (0: unbounded), because one job printing in a loop must not
-    fill the database. Its first half is the *head*, how the job began, and is kept for good; the rest holds the
-    most recent output, where the error that ended the job will be. Once more is stored than the cap, whole chunks
-    after the head are deleted, oldest first, until it fits (never the newest chunk: new output that alone exceeds
-    the tail keeps only its end). What is deleted is counted in ``log_dropped`` and leaves one gap in the chunk
-    offsets, which ``job_log_read`` shows as a marker line. Offsets never move, so the byte counts acknowledged to
-    the agent are untouched and it is never asked to resend.
-
-    Precondition: ``job`` is row-locked by the caller (the new chunk's offset is the job's current size, and the
-    counts are read, changed and written back).
+    Precondition: inside the round's transaction, holding the scheduler lease.
     """
-    if not data:
-        return job.log_size
-    cap = settings.CORRAL_JOB_LOG_MAX_CHARS
-    start = job.log_size
-    job.log_size += len(data)
-    chunks: list[JobLogChunk] = []
-    head = cap // 2
-    if cap > 0:
-        if start < head < job.log_size:
-            # Split at the head's end, so the head is exactly the first ``head`` characters, never a chunk more.
-            chunks.append(JobLogChunk(job=job, offset=start, data=data[: head - start]))
-            data, start = data[head - start :], head
-        cut = len(data) - (cap - head)
-        if start >= head and cut > 0:
-            data, start = data[cut:], start + cut
-            job.log_dropped += cut
-    chunks.append(JobLogChunk(job=job, offset=start, data=data))
-    JobLogChunk.objects.bulk_create(chunks)
-    if cap > 0:
-        _log_drop_oldest(job, head=head, newest=start, excess=job.log_size - job.log_dropped - cap)
-    job.save(update_fields=["log_size", "log_dropped"])
-    return job.log_size
-
-
-def _log_drop_oldest(job: Job, *, head: int, newest: int, excess: int) -> None:
-    """Delete whole chunks that start in ``[head, newest)``, oldest first, until ``excess`` characters are gone,
-    counting them in ``job.log_dropped``. Lengths are read a few chunks at a time: typically one or two go per
-    append, and reading the length of every stored chunk would touch the whole log."""
-    while excess > 0:
-        batch = (
-            JobLogChunk.objects.filter(job=job, offset__gte=head, offset__lt=newest)
-            .order_by("offset")
-            .annotate(chars=Length("data"))
-            .values_list("pk", "chars")[:8]
+    job = Job.objects.select_for_update().filter(pk=job_id, state=JobState.PENDING.value).first()
+    if job is None:
+        return False
+    ordered = gang_order(ranks)
+    try:
+        with transaction.atomic():  # a savepoint: a refused allocation undoes only this start
+            job.attempt += 1
+            allocate(job, ordered)
+            where = "; ".join(
+                f"{r.node.name} GPUs {','.join(str(index) for _, index in sorted(r.gpus, key=lambda g: g[1]))}"
+                for r in ordered
+            )
+            job_transition(job, JobState.RUNNING, kind=EventKind.STARTED, actor=actor, reason=f"on {where}")
+    except IntegrityError:
+        job.refresh_from_db()
+        jobs_set_wait_reasons(
+            reasons={job.pk: (WaitReason.NOT_ENOUGH_FREE_GPUS, "waiting for preempted jobs to release their GPUs")}
         )
-        doomed = []
-        for pk, chars in batch:
-            if excess <= 0:
-                break
-            doomed.append(pk)
-            excess -= chars
-            job.log_dropped += chars
-        if not doomed:
-            return  # nothing left to drop but the head and the newest output (the cap was lowered since)
-        JobLogChunk.objects.filter(pk__in=doomed).delete()
+        return False
+    return True
 
 
-def release_task_gpus(task: JobTask) -> None:
-    """Free the GPUs a task held, once its process is known to be gone."""
-    Allocation.objects.filter(
-        job_id=task.job_id, attempt=task.attempt, node_id=task.node_id, released_at__isnull=True
-    ).update(released_at=timezone.now())
+def job_preempt(*, job_id: int, actor: str) -> bool:
+    """Requeue running job ``job_id`` because the scheduler gives its GPUs to a higher-priority job; False when it
+    is no longer running. Its processes are stopped through the next heartbeats and its GPUs stay allocated until
+    they have exited. Precondition: inside a transaction (the round's)."""
+    job = Job.objects.select_for_update().filter(pk=job_id, state=JobState.RUNNING.value).first()
+    if job is None:
+        return False
+    job_requeue(
+        job, actor=actor, reason="preempted for a higher-priority job", hardware=False, kind=EventKind.PREEMPTED
+    )
+    return True
 
 
 def job_task_exited(*, task: JobTask, exit_code: int | None, actor: str) -> None:
@@ -469,7 +365,7 @@ def job_reopen_after_hardware_fault(job: Job, *, blame: XidBlame, actor: str) ->
         or job.finished_at is None
         or now - job.finished_at > window
         or abs(job.finished_at - blame.at) > window
-        or job.hardware_retries >= settings.CORRAL_MAX_HARDWARE_RETRIES
+        or not _hardware_retry(job).retry
     ):
         return False
     resubmitted = Job.objects.filter(

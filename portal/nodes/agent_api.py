@@ -24,7 +24,7 @@ from portal.nodes.serializers import (
 from portal.nodes.services import GpuReport, TaskReport, node_heartbeat, node_register
 from portal.telemetry.batch import parse_batch
 from portal.telemetry.serializers import IngestResultSerializer, TelemetryBatchSerializer
-from portal.telemetry.services import telemetry_ingest
+from portal.telemetry.services.ingest import telemetry_ingest
 
 
 class AgentView(APIView):

@@ -7,7 +7,10 @@ cannot impersonate a node and a node token cannot read jobs.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from drf_spectacular.openapi import AutoSchema
 from rest_framework import authentication, exceptions, permissions
 from rest_framework.request import Request
 from rest_framework.views import APIView
@@ -46,5 +49,24 @@ class NodeTokenAuthentication(authentication.BaseAuthentication):
 
 
 class IsNodeAgent(permissions.BasePermission):
+    """Agent views admit node agents only. It refuses only callers who are not authenticated as a node: the API
+    schema documents a 401 for it, never a 403 (``portal.api.schema``)."""
+
+    authentication_only = True
+
     def has_permission(self, request: Request, view: APIView) -> bool:
         return isinstance(request.user, NodePrincipal)
+
+
+# Extensions register themselves in drf-spectacular's __init_subclass__, which is not annotated; hence the ignore.
+class NodeTokenScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-call]
+    target_class = NodeTokenAuthentication
+    name = "nodeTokenAuth"
+
+    def get_security_definition(self, auto_schema: AutoSchema) -> dict[str, Any]:
+        return {
+            "type": "apiKey",
+            "in": "header",
+            "name": "Authorization",
+            "description": "A node agent's token, as `Node <token>` (`manage.py node_token NODE` prints one).",
+        }

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from django.db.models import QuerySet
 
 from portal.jobs.models import Allocation
-from portal.nodes.models import Gpu, Node
+from portal.nodes.models import Gpu, Node, NodeState
 
 
 def gpu_holders() -> dict[int, int]:
@@ -45,3 +45,28 @@ def node_list() -> NodeList:
         for n in nodes
     ]
     return NodeList(rows=rows, gpu_total=present_gpu_count(), gpu_busy=len(busy))
+
+
+@dataclass(frozen=True, slots=True)
+class GpuInventoryRow:
+    """A present GPU as the scheduler sees it: its id, node, NVML index and health."""
+
+    gpu_id: int
+    node_id: int
+    index: int
+    health: str
+
+
+def nodes_not_down() -> list[Node]:
+    """Nodes that are up or draining, by name: what a scheduling round looks at. One query."""
+    return list(Node.objects.exclude(state=NodeState.DOWN).order_by("name"))
+
+
+def gpus_present_on(*, nodes: list[Node]) -> list[GpuInventoryRow]:
+    """The present GPUs of ``nodes``, whatever their health. One query."""
+    return [
+        GpuInventoryRow(gpu_id=g, node_id=n, index=i, health=h)
+        for g, n, i, h in Gpu.objects.filter(present=True, node__in=nodes).values_list(
+            "id", "node_id", "index", "health"
+        )
+    ]

@@ -17,8 +17,10 @@ from django.db import transaction
 from django.utils import timezone
 
 from portal.errors import Conflict, ValidationFailed
+from portal.jobs.ledger import release_task_gpus
+from portal.jobs.logs import job_log_append
 from portal.jobs.models import Job, JobTask, TaskState
-from portal.jobs.services import job_log_append, job_requeue, job_task_exited, release_task_gpus
+from portal.jobs.services import job_requeue, job_task_exited
 from portal.nodes.models import Gpu, Node, NodeState
 from portal.queue import SCHEDULE_ROUND, enqueue_on_commit
 from scheduling.core.states import JobState

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from portal.jobs.models import Job
+from portal.jobs.selectors import jobs_finished_since
 from scheduling.core import Policy
 from scheduling.core.model import FinishedJob
 from scheduling.core.policies import resolve_policy
@@ -21,8 +22,6 @@ from scheduling.core.states import JobState
 
 #: Finished jobs a fresh worker learns from (newest first); enough for a stable service distribution.
 HISTORY_LIMIT = 20_000
-#: Cancelled jobs are left out: their service was cut short by a person, not by the work they do.
-LEARNED_STATES = (JobState.SUCCEEDED.value, JobState.FAILED.value)
 
 
 @dataclass
@@ -56,18 +55,7 @@ def live_policy(name: str) -> Policy:
         taught = _policies.get(name)
         if taught is None:
             taught = _policies[name] = _Taught(resolve_policy(name))
-        finished = Job.objects.filter(state__in=LEARNED_STATES, finished_at__isnull=False).select_related(
-            "tenant", "user"
-        )
-        if taught.watermark is None:
-            batch = list(finished.order_by("-finished_at", "-pk")[:HISTORY_LIMIT])[::-1]
-        else:
-            at, pk = taught.watermark
-            batch = list(
-                (finished.filter(finished_at__gt=at) | finished.filter(finished_at=at, pk__gt=pk)).order_by(
-                    "finished_at", "pk"
-                )
-            )
+        batch = jobs_finished_since(watermark=taught.watermark, limit=HISTORY_LIMIT)
         for job in batch:
             taught.policy.observe_finished(_record(job))
         if batch:

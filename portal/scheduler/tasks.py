@@ -5,8 +5,7 @@ from __future__ import annotations
 from celery import shared_task
 
 from portal.queue import PRUNE_ROUNDS, REFRESH_START_FORECASTS, RETRY_ON_DB_ERROR, SCHEDULE_ROUND
-from portal.scheduler.forecast import start_forecast_refresh
-from portal.scheduler.round import scheduler_rounds_prune, scheduling_round
+from portal.scheduler.services import scheduler_rounds_prune, scheduling_round, start_forecast_refresh
 
 
 @shared_task(name=SCHEDULE_ROUND, **RETRY_ON_DB_ERROR)

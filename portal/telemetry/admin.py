@@ -9,7 +9,7 @@ from django.http import HttpRequest
 
 from portal.nodes.models import GpuHealth
 from portal.telemetry.models import Alert, FailureModel, GpuHealthControl, GpuHealthEvent, NodeTelemetry
-from portal.telemetry.services import gpu_mark_healthy
+from portal.telemetry.services.health import gpu_mark_healthy
 
 
 @admin.register(GpuHealthControl)

@@ -12,7 +12,8 @@ from typing import Any, TypeVar
 
 from rest_framework.exceptions import ValidationError
 
-from portal.telemetry.models import METRIC_FIELDS, Sample
+from portal.telemetry.models import Sample
+from telemetry.fields import METRIC_NAMES
 from telemetry.sample import GpuSample, XidEvent
 
 #: Far above what an agent sends in one POST (500), low enough that one request cannot hold the node's lock long.
@@ -24,7 +25,7 @@ INT_RANGE = {"IntegerField": 2**31 - 1, "BigIntegerField": 2**63 - 1}
 #: 400 here, not a failed COPY (a 500) later.
 INT_LIMITS = {
     name: INT_RANGE[Sample._meta.get_field(name).get_internal_type()]
-    for name in METRIC_FIELDS
+    for name in METRIC_NAMES
     if Sample._meta.get_field(name).get_internal_type() in INT_RANGE
 }
 

@@ -9,8 +9,8 @@ exit by the portal when the heartbeat carrying it arrived.
 
 Application XIDs (13, 31, 43, 45, 68) never explain an exit: they are the job's own doing. The services that act on
 these answers are ``portal.jobs.services.job_task_exited`` (XID first) and
-``portal.telemetry.services.jobs_reopen_for_xid`` with ``portal.jobs.services.job_reopen_after_hardware_fault`` (exit
-first).
+``portal.telemetry.services.health.jobs_reopen_for_xid`` with ``portal.jobs.services.job_reopen_after_hardware_fault``
+(exit first).
 """
 
 from __future__ import annotations

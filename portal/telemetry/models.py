@@ -12,32 +12,15 @@ from django.db.models import Q
 
 from portal.nodes.models import Gpu
 
-#: Sample fields stored as columns, in the order of the raw table (and of the PostgreSQL COPY that fills it).
-METRIC_FIELDS: tuple[str, ...] = (
-    "gpu_util",
-    "mem_used_mb",
-    "mem_total_mb",
-    "temperature_c",
-    "power_w",
-    "sm_clock_mhz",
-    "throttle_reasons",
-    "ecc_sbe_volatile",
-    "ecc_dbe_volatile",
-    "ecc_corrected_total",
-    "ecc_uncorrected_total",
-    "retired_pages",
-    "remapped_rows",
-    "remapped_rows_pending",
-    "remapped_rows_failed",
-    "pcie_replay",
-    "xid",
-    "lost",
-)
-
 
 class SampleFields(models.Model):
     """The readings of one :class:`telemetry.sample.GpuSample`, shared by the raw table and the latest row.
-    ``NULL`` means the GPU cannot report the field, never zero (see ``telemetry/sample.py``)."""
+    ``NULL`` means the GPU cannot report the field, never zero (see ``telemetry/sample.py``).
+
+    One column per :data:`telemetry.fields.METRICS` entry, in its order, of its column type and nullability. They
+    are declared rather than added in a loop because django-stubs (and so mypy) and readers such as the /metrics
+    collector see only declared fields; ``tests/portal/telemetry/test_fields.py`` fails when the two drift.
+    """
 
     gpu_util = models.FloatField(null=True, blank=True)
     mem_used_mb = models.IntegerField(null=True, blank=True)
@@ -130,7 +113,10 @@ class RollupPeriod(models.IntegerChoices):
 class Rollup(models.Model):
     """One GPU over one bucket (``period`` seconds starting at ``bucket``), in the terms of the telemetry CSV
     schema: gauges are means, counters their last value, ``throttle_reasons`` the OR of the bits seen and ``xid``
-    the most serious XID. Recomputed idempotently from raw samples (minutes) and from minutes (hours)."""
+    the most serious XID. Recomputed idempotently from raw samples (minutes) and from minutes (hours).
+
+    Its reading columns are :data:`telemetry.fields.ROLLED_UP` (declared for the type checker, as in
+    :class:`SampleFields`; a test checks them), with means held as floats whatever the raw column's type."""
 
     period = models.PositiveIntegerField(choices=RollupPeriod.choices)
     gpu = models.ForeignKey(Gpu, on_delete=models.CASCADE, related_name="+", db_index=False)

@@ -10,8 +10,9 @@ from rest_framework import serializers
 
 from portal.nodes.models import Gpu
 from portal.telemetry.batch import INT_LIMITS, INT_RANGE, MAX_ITEMS_PER_BATCH, TIMESTAMP_RANGE
-from portal.telemetry.models import METRIC_FIELDS, Alert, LatestSample
-from portal.telemetry.services import IngestResult
+from portal.telemetry.models import Alert, LatestSample
+from portal.telemetry.services.ingest import IngestResult
+from telemetry.fields import METRIC_NAMES, METRICS, Column, Kind, MetricField
 from telemetry.sample import GpuSample, XidEvent
 
 
@@ -37,41 +38,45 @@ _TIMESTAMP = (
 _UUID = "The GPU's uuid, without NUL characters."
 
 
+def _reading(metric: MetricField) -> serializers.Field[Any, Any, Any, Any]:
+    """The field of one reading, by its column; ``xid`` (a code, never negative) says what its values mean."""
+    if metric.kind is Kind.XID:
+        return serializers.IntegerField(
+            min_value=0,
+            max_value=INT_LIMITS[metric.name],
+            required=False,
+            allow_null=True,
+            help_text="The last XID since the previous sample; 0 or null: none.",
+        )
+    if metric.column is Column.FLOAT:
+        return _number()
+    if metric.column is Column.BOOL:
+        return _flag()
+    return _count(metric.name)
+
+
 class GpuSampleSerializer(serializers.Serializer[GpuSample]):
     """One GPU at one instant, as ``GpuSample.to_dict`` writes it (see telemetry/sample.py for each field)."""
+
+    # The docstring above is the OpenAPI description. The readings are not declared here: get_fields builds them
+    # from their one definition, telemetry.fields.METRICS.
 
     gpu_uuid = serializers.CharField(help_text=_UUID + " One the node never registered counts as rejected.")
     index = serializers.IntegerField()
     timestamp = serializers.FloatField(help_text=_TIMESTAMP)
-    gpu_util = _number()
-    mem_used_mb = _count("mem_used_mb")
-    mem_total_mb = _count("mem_total_mb")
-    temperature_c = _number()
-    power_w = _number()
-    sm_clock_mhz = _count("sm_clock_mhz")
-    throttle_reasons = _count("throttle_reasons")
-    ecc_sbe_volatile = _count("ecc_sbe_volatile")
-    ecc_dbe_volatile = _count("ecc_dbe_volatile")
-    ecc_corrected_total = _count("ecc_corrected_total")
-    ecc_uncorrected_total = _count("ecc_uncorrected_total")
-    retired_pages = _count("retired_pages")
-    remapped_rows = _count("remapped_rows")
-    remapped_rows_pending = _flag()
-    remapped_rows_failed = _flag()
-    pcie_replay = _count("pcie_replay")
-    xid = serializers.IntegerField(
-        min_value=0,
-        max_value=INT_LIMITS["xid"],
-        required=False,
-        allow_null=True,
-        help_text="The last XID since the previous sample; 0 or null: none.",
-    )
-    lost = _flag()
     processes = serializers.ListField(
         child=serializers.ListField(child=serializers.IntegerField(), min_length=2, max_length=2),
         required=False,
         help_text="[pid, used MiB] of each compute process on the GPU.",
     )
+
+    def get_fields(self) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
+        """The declared fields with one per reading (:data:`telemetry.fields.METRICS`, in its order) inserted before
+        ``processes``, the order ``GpuSample.to_dict`` writes. DRF's hook for fields not declared in the class body;
+        each call builds fresh instances, as it does for declared ones."""
+        fields = super().get_fields()
+        processes = fields.pop("processes")
+        return {**fields, **{metric.name: _reading(metric) for metric in METRICS}, "processes": processes}
 
 
 class XidEventSerializer(serializers.Serializer[XidEvent]):
@@ -108,7 +113,7 @@ class IngestResultSerializer(serializers.Serializer[IngestResult]):
 class LatestSampleSerializer(serializers.Serializer[LatestSample]):
     def to_representation(self, instance: Any) -> dict[str, Any]:
         out: dict[str, Any] = {"ts": instance.ts.isoformat()}
-        out.update({name: getattr(instance, name) for name in METRIC_FIELDS})
+        out.update({name: getattr(instance, name) for name in METRIC_NAMES})
         out["processes"] = instance.processes
         return out
 

@@ -10,7 +10,7 @@ from django.db.models import F, FloatField, Q, Sum, Value
 from django.db.models.expressions import Combinable
 from django.db.models.functions import Coalesce, Exp, Greatest, Least
 
-from portal.dashboards.expressions import EpochSeconds
+from portal.db import EpochSeconds
 from portal.jobs.models import Allocation
 from portal.tenants.models import Quota, Tenant
 from scheduling.core.model import TenantLimits, UsageHistory

@@ -14,8 +14,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 
-from portal.dashboards.templatetags.dashboards import gpu_hours, percent
 from portal.tenants.overview import TenantRow, tenant_overview
+from portal.web.templatetags.numbers import gpu_hours, percent
 from scheduling.core.model import gpu_count
 from scheduling.core.policies import QUOTA_SUFFIX
 

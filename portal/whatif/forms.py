@@ -2,9 +2,11 @@
 the live nodes, or a uniform cluster of a size to try), whether the tenants' quotas of today apply, and, if they do,
 other quotas to try for some tenants in this replay only ("what if lab had 16 guaranteed GPUs").
 
-It checks shapes and turns dates into the window's datetimes; ``whatif_create`` checks the rest (whether the
-window holds any finished job, whether a live node is still there) and its refusals land on the field they name.
-Its cleaned data is ``whatif_create``'s keyword arguments, as they are.
+It checks shapes and turns dates into the window's datetimes, and judges what it can with the rules of
+``scheduling.sim.replay_rules`` (racks against nodes, a guarantee against its cap, the window, the overhead), in its
+own words next to the input; ``whatif_create`` checks the rest (whether the window holds any finished job, whether
+a live node is still there) and its refusals land on the field they name. Its cleaned data is ``whatif_create``'s
+keyword arguments, as they are.
 """
 
 from __future__ import annotations
@@ -20,27 +22,26 @@ from django.utils import timezone
 
 from portal.whatif.describe import layout_text
 from portal.whatif.selectors import ClusterShape
-from portal.whatif.services import (
-    HALF_LIFE_RULE,
-    MAX_GPUS_PER_NODE,
-    MAX_NODES,
-    OVERHEAD_RULE,
-    ReplayCluster,
-    parse_overhead,
-)
+from portal.whatif.services import ReplayCluster
 from scheduling.core.model import TenantLimits
 from scheduling.core.placement import PLACEMENTS
 from scheduling.core.policies import POLICIES, QUOTA_SUFFIX
-from scheduling.sim.replay_setup import MAX_HALF_LIFE_HOURS
+from scheduling.sim.replay_rules import (
+    HALF_LIFE_RULE,
+    MAX_GPUS_PER_NODE,
+    MAX_HALF_LIFE_HOURS,
+    MAX_NODES,
+    guarantee_refusal,
+    overhead_refusal,
+    racks_refusal,
+    uniform_size_refusals,
+    window_refusal,
+)
 
 WHOLE = {"invalid": "Enter a whole number.", "min_value": "Enter a whole number of at least %(limit_value)s."}
 UNIFORM_LABEL = "A uniform cluster of the size below (what if we had more, or fewer)"
 #: The fields only a uniform cluster reads; the page shows them under its choice.
 UNIFORM_FIELDS = ("nodes", "gpus_per_node", "racks")
-UNIFORM_MISSING = {
-    "nodes": "Give the number of nodes for a uniform cluster.",
-    "gpus_per_node": "Give the GPUs per node for a uniform cluster.",
-}
 #: A tenant's quota inputs: TenantLimits' field names, in the table's column order, with their labels.
 QUOTA_KEYS = {"guaranteed_gpus": "guaranteed GPUs", "gpu_cap": "GPU cap", "user_cap": "per-user cap"}
 
@@ -227,15 +228,16 @@ class WhatIfForm(forms.Form):
 
     def clean_preemption_overhead(self) -> str:
         text: str = self.cleaned_data["preemption_overhead"].strip().lower()
-        if parse_overhead(text) is None:
-            raise forms.ValidationError(OVERHEAD_RULE[:1].upper() + OVERHEAD_RULE[1:] + ".")
+        refusal = overhead_refusal(text)
+        if refusal is not None:
+            raise forms.ValidationError(refusal.beside)
         return text
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
-        since, until = data.get("since"), data.get("until")
-        if since is not None and until is not None and until <= since:
-            self.add_error("until", "Must be a later day than the start of the window.")
+        window = window_refusal(data.get("since"), data.get("until"))
+        if window is not None:
+            self.add_error(window.field, window.beside)
         if data.get("racks") is None and not self.has_error("racks"):
             data["racks"] = 1  # left empty: one rack, as the field's initial value says
         if data.get("cluster") == ReplayCluster.UNIFORM:
@@ -254,7 +256,7 @@ class WhatIfForm(forms.Form):
                 for name in names.values():
                     self.errors.pop(name, None)
             elif not any(self.has_error(name) for name in names.values()):
-                limits = self._tenant_limits(names, values)
+                limits = self._tenant_limits(slug, names, values)
                 if limits is not None and limits != today:
                     changes[slug] = limits
         data["quota_changes"] = changes
@@ -265,25 +267,27 @@ class WhatIfForm(forms.Form):
         value: int | None = data.pop(name, None)
         return value if self.add_prefix(name) in self.data else today
 
-    def _tenant_limits(self, names: dict[str, str], values: dict[str, int | None]) -> TenantLimits | None:
+    def _tenant_limits(self, slug: str, names: dict[str, str], values: dict[str, int | None]) -> TenantLimits | None:
         """One tenant's inputs as limits (a blank guarantee is none); None, with the error on the guarantee, when
-        it exceeds the cap, as the quota table itself refuses."""
+        it exceeds the cap, as the quota table itself refuses. (The inputs are never negative: the fields say so.)"""
         limits = TenantLimits(
             gpu_cap=values["gpu_cap"], guaranteed_gpus=values["guaranteed_gpus"] or 0, user_cap=values["user_cap"]
         )
-        if limits.gpu_cap is not None and limits.guaranteed_gpus > limits.gpu_cap:
-            self.add_error(names["guaranteed_gpus"], f"Cannot exceed the GPU cap ({limits.gpu_cap}).")
+        refusal = guarantee_refusal(slug, limits)
+        if refusal is not None:
+            self.add_error(names[refusal.field], refusal.beside)
             return None
         return limits
 
     def _clean_uniform(self, data: dict[str, Any]) -> None:
         """The size a uniform cluster needs; said next to the field left empty, unless it has an error already."""
-        for name, message in UNIFORM_MISSING.items():
-            if data.get(name) is None and not self.has_error(name):
-                self.add_error(name, message)
         nodes, racks = data.get("nodes"), data.get("racks")
-        if nodes is not None and racks is not None and racks > nodes:
-            self.add_error("racks", f"Cannot exceed the number of nodes ({nodes}).")
+        for missing in uniform_size_refusals(nodes=nodes, gpus_per_node=data.get("gpus_per_node")):
+            if not self.has_error(missing.field):
+                self.add_error(missing.field, missing.beside)
+        refusal = None if nodes is None or racks is None else racks_refusal(nodes=nodes, racks=racks)
+        if refusal is not None:
+            self.add_error(refusal.field, refusal.beside)
 
 
 def _policy_label(name: str, *, live: bool) -> str:

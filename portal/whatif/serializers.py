@@ -1,11 +1,15 @@
 """Shapes of the what-if API (``/api/v1/whatif/``): what a script asks for, and a run with what it found.
 
 The request serializer checks types and ranges and fills in what the browser form pre-fills (the live policy,
-placement and cluster, handed in through the context by the view); ``whatif_create`` checks the rest (policy names,
-the overhead, racks against nodes, the window, a live cluster with no node) and its refusals land on the field they
-name. A run says what it replayed on (``cluster``, ``layout``, ``quotas`` and the page's ``cluster_text``). The
-results are the run's stored JSON as numbers (seconds, shares), each with ``shown``: the same row formatted as the
-run's page shows it (``portal.whatif.results.table_rows`` and ``observed_row``).
+placement and cluster, handed in through the context by the view); its bounds are the rules' own
+(``scheduling.sim.replay_rules``). ``whatif_create`` judges the rest with those rules (policy names, the overhead,
+racks against nodes, a guarantee against its cap, the window) and refuses a live cluster with no node; its refusals
+land on the field they name. Judging those here too would answer the same words without the refusal's ``code``,
+and in another order.
+
+A run says what it replayed on (``cluster``, ``layout``, ``quotas`` and the page's ``cluster_text``). The results
+are the run's stored JSON as numbers (seconds, shares), each with ``shown``: the same row formatted as the run's
+page shows it (``portal.whatif.results.table_rows`` and ``observed_row``).
 """
 
 from __future__ import annotations
@@ -20,11 +24,11 @@ from portal.whatif.describe import cluster_text, is_live_copy
 from portal.whatif.models import WhatIfRun, WhatIfState
 from portal.whatif.results import observed_row, table_rows
 from portal.whatif.selectors import ClusterShape
-from portal.whatif.services import MAX_GPUS_PER_NODE, MAX_NODES, ReplayCluster
+from portal.whatif.services import ReplayCluster
 from scheduling.core.model import TenantLimits
 from scheduling.core.placement import PLACEMENTS
 from scheduling.core.policies import POLICIES, QUOTA_SUFFIX
-from scheduling.sim.replay_setup import MAX_HALF_LIFE_HOURS
+from scheduling.sim.replay_rules import MAX_GPUS_PER_NODE, MAX_HALF_LIFE_HOURS, MAX_NODES
 
 #: The browser form's default overhead (and the model's): a preempted job resumes at no cost.
 DEFAULT_OVERHEAD = "0"

@@ -3,13 +3,13 @@
 The replay is ``corral history`` piped into ``corral simulate``, done in a worker: the finished jobs of the window
 from ``job_history_trace``, each policy through ``scheduling.sim.simulate`` on the live cluster's nodes (or a
 uniform cluster) with the tenants' quotas (or none), and what the page needs of the results kept on the row
-(``portal.whatif.results``). The nodes and quotas are copied onto the row when the run is asked for.
+(``portal.whatif.results``). The nodes and quotas are copied onto the row when the run is asked for. The rules the
+parameters obey are ``scheduling.sim.replay_rules``' (the form judges with them too); here they become refusals.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from datetime import datetime, timedelta
@@ -28,11 +28,18 @@ from portal.whatif.models import WhatIfRun, WhatIfState
 from portal.whatif.results import merge_figures, observed, policy_figures, policy_record
 from portal.whatif.selectors import whatif_live_cluster, whatif_window_has_jobs
 from scheduling.core.model import TenantLimits
-from scheduling.core.placement import PLACEMENTS
-from scheduling.core.policies import POLICIES, QUOTA_SUFFIX
 from scheduling.core.preemption import PreemptionCost
 from scheduling.sim.metrics import measure
-from scheduling.sim.replay_setup import MAX_HALF_LIFE_HOURS, ReplaySetup, SetupError, read_setup
+from scheduling.sim.replay_rules import (
+    MAX_GPUS_PER_NODE,
+    MAX_NODES,
+    Refusal,
+    quota_refusal,
+    replay_refusal,
+    size_refusal,
+    uniform_size_refusals,
+)
+from scheduling.sim.replay_setup import ReplaySetup, SetupError, read_setup
 from scheduling.sim.report import Figure, Run
 from scheduling.sim.simulator import Cluster, can_ever_run, simulate
 from scheduling.sim.trace import TraceError
@@ -42,15 +49,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: Bounds of the replayed cluster: the simulator builds every node up front, so an absurd size would only exhaust
-#: the worker's memory.
-MAX_NODES = 10_000
-MAX_GPUS_PER_NODE = 64
 NO_JOBS = "no finished jobs were submitted in this window"
 NO_LIVE_NODES = "no live node has GPUs now; choose a uniform cluster and give its size"
-UNIFORM_SIZE = "give the uniform cluster's size"
-OVERHEAD_RULE = "enter a number of seconds (0 or more) or helios"
-HALF_LIFE_RULE = f"enter a number of hours from 0 (no fair share) to {MAX_HALF_LIFE_HOURS:.0f}"
 UNEXPECTED = "The replay stopped on an unexpected error; the worker's log has the details."
 #: A queued run nobody took for this long lost its message (the broker was down when it was asked for): send it
 #: again. A run still running after this long lost its worker (killed mid-replay; acks_late redelivers the message,
@@ -115,9 +115,8 @@ def whatif_create(
         copy = Cluster.of_nodes(live.layout)  # its racks count nodes with no rack as one more, as placement does
         nodes, gpus_per_node, racks = copy.nodes, copy.gpus_per_node, copy.racks
     else:
-        for field, value in (("nodes", nodes), ("gpus_per_node", gpus_per_node)):
-            if value is None:
-                raise ValidationFailed(UNIFORM_SIZE, field=field)
+        for refusal in uniform_size_refusals(nodes=nodes, gpus_per_node=gpus_per_node):
+            _refuse(refusal)
     assert nodes is not None and gpus_per_node is not None  # set above, or refused
     _check(
         policies=names,
@@ -295,14 +294,9 @@ def _run_quotas(apply: bool, changes: Mapping[str, TenantLimits]) -> dict[str, d
     if unknown:
         raise ValidationFailed(f"no tenant {', '.join(unknown)}", field="quota_changes")
     for slug, limits in changes.items():
-        values = (limits.gpu_cap or 0, limits.guaranteed_gpus, limits.user_cap or 0)
-        if min(values) < 0:
-            raise ValidationFailed(f"{slug}: GPU counts cannot be negative", field="quota_changes")
-        if limits.gpu_cap is not None and limits.guaranteed_gpus > limits.gpu_cap:
-            raise ValidationFailed(
-                f"{slug}: the guarantee ({limits.guaranteed_gpus}) cannot exceed the cap ({limits.gpu_cap})",
-                field="quota_changes",
-            )
+        refusal = quota_refusal(slug, limits)
+        if refusal is not None:  # said under the one field that holds every change
+            raise ValidationFailed(refusal.message, field="quota_changes")
     quotas: dict[str, dict[str, Any]] = {}
     for slug in sorted(today):
         limits = changes.get(slug, today[slug])
@@ -327,7 +321,8 @@ def replay_setup(run: WhatIfRun) -> ReplaySetup:
         raise WhatIfProblem(_sentence(f"the run's stored cluster or quotas cannot be read: {exc}")) from None
     cluster = setup.cluster
     assert cluster is not None  # the row always has nodes and gpus_per_node
-    if cluster.nodes > MAX_NODES or cluster.gpus_per_node > MAX_GPUS_PER_NODE:
+    sizes = (("nodes", cluster.nodes, MAX_NODES), ("gpus_per_node", cluster.gpus_per_node, MAX_GPUS_PER_NODE))
+    if any(size_refusal(*size) for size in sizes):  # a stored layout (a live copy) beyond the bounds
         raise WhatIfProblem(_sentence(f"the replayed cluster is larger than {MAX_NODES} nodes of {MAX_GPUS_PER_NODE}"))
     return setup
 
@@ -346,36 +341,25 @@ def _check(
 ) -> None:
     """The parameters' rules, shared by ``whatif_create`` and the replay (a row written some other way fails with
     the same words)."""
-    if half_life_hours is not None and not 0 <= half_life_hours <= MAX_HALF_LIFE_HOURS:
-        raise ValidationFailed(HALF_LIFE_RULE, field="fair_share_half_life_hours")
-    if not policies:
-        raise ValidationFailed("choose at least one policy", field="policies")
-    unknown = [p for p in policies if p.removesuffix(QUOTA_SUFFIX) not in POLICIES]
-    if unknown:
-        known = ", ".join(POLICIES)
-        raise ValidationFailed(f"unknown policy {', '.join(unknown)}; choose from {known}", field="policies")
-    if placement not in PLACEMENTS:
-        known = ", ".join(PLACEMENTS)
-        raise ValidationFailed(f"unknown placement {placement}; choose from {known}", field="placement")
-    if parse_overhead(preemption_overhead) is None:
-        raise ValidationFailed(OVERHEAD_RULE, field="preemption_overhead")
-    for field, value, most in (("nodes", nodes, MAX_NODES), ("gpus_per_node", gpus_per_node, MAX_GPUS_PER_NODE)):
-        if not 1 <= value <= most:
-            raise ValidationFailed(f"must be a whole number from 1 to {most}", field=field)
-    if not 1 <= racks <= nodes:
-        raise ValidationFailed(f"must be a whole number from 1 to the number of nodes ({nodes})", field="racks")
-    if since is not None and until is not None and until <= since:
-        raise ValidationFailed("must be after the start of the window", field="until")
+    _refuse(
+        replay_refusal(
+            policies=policies,
+            placement=placement,
+            preemption_overhead=preemption_overhead,
+            nodes=nodes,
+            gpus_per_node=gpus_per_node,
+            racks=racks,
+            since=since,
+            until=until,
+            half_life_hours=half_life_hours,
+        )
+    )
 
 
-def parse_overhead(text: str) -> PreemptionCost | None:
-    """``corral simulate --preemption-overhead``'s values ("0", "30", "helios"), or None for anything else (a
-    negative, infinite or non-numeric value)."""
-    try:
-        cost = PreemptionCost.parse(text)
-    except ValueError:
-        return None
-    return cost if math.isfinite(cost.multi_node) else None
+def _refuse(refusal: Refusal | None) -> None:
+    """A broken rule as the service's field-scoped refusal."""
+    if refusal is not None:
+        raise ValidationFailed(refusal.message, field=refusal.field)
 
 
 def _sentence(text: str) -> str:

@@ -1,8 +1,14 @@
 """Durations as people write and read them: ``2h``, ``90m``, ``1d 12h``, or plain seconds.
 
-One grammar for every place a job's time limit is typed (the submit form, ``corral submit --time-limit``) and one
-way of printing it (wait details, the job page, ``corral show``), so the limit a user typed reads back the same
-everywhere. Pure: no Django, no clock.
+The one grammar for every place a duration is typed, and one way of printing it, so a limit a user typed reads back
+the same everywhere:
+
+- :func:`parse_duration`: a job's time limit (the submit form, ``corral submit --time-limit``);
+- :func:`parse_span`: the spans of the telemetry commands (``corral failures evaluate --horizon 24h``), a narrower
+  form of the same units (one unit, positive), with the words those commands have always printed;
+- :func:`format_duration`: wait details, the job page, ``corral show``.
+
+Pure: no Django, no clock. The ``corral`` client imports it too (when it parses or prints a limit).
 """
 
 from __future__ import annotations
@@ -11,7 +17,9 @@ import re
 
 UNITS: dict[str, int] = {"d": 86_400, "h": 3_600, "m": 60, "s": 1}
 
-_PART = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([dhms])", re.IGNORECASE)
+# The unit letters spelled out rather than matched with IGNORECASE: that flag would also take "ſ" (long s) as an s,
+# a letter no table here has.
+_PART = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([dhmsDHMS])")
 _SECONDS = re.compile(r"\s*\d+\s*")
 
 
@@ -39,6 +47,22 @@ def parse_duration(text: str) -> int:
     if not seen or text[pos:].strip():
         raise ValueError(f"{text.strip()!r} is not a duration; write it like 2h, 90m, 1d 12h or 3600 (seconds)")
     return round(total)
+
+
+def parse_span(text: str) -> float:
+    """Seconds from ``"90m"``, ``"24h"``, ``"7d"``, ``"3600s"`` or ``"0.5s"``: one number with one lower-case unit.
+
+    The telemetry commands' grammar (``--interval``, ``--horizon``, ``--retrain-every``, ``--train-window``): the
+    units of :func:`parse_duration`, but one of them, always written (a bare number is refused), and not rounded.
+    Raises ``ValueError`` for anything else, and for a span that is not positive.
+    """
+    match = _PART.match(text)
+    if match is None or match.group(2) not in UNITS or text[match.end() :].strip():
+        raise ValueError(f"bad duration {text!r}: use a number with s, m, h or d, e.g. 24h or 7d")
+    seconds = float(match.group(1)) * UNITS[match.group(2)]
+    if seconds <= 0:
+        raise ValueError(f"duration {text!r} must be positive")
+    return seconds
 
 
 def format_duration(seconds: float) -> str:

@@ -7,10 +7,10 @@ guaranteed GPU, lowest first, so a tenant that used little of its share lately b
 
 Fair share decides who *gets* borrowable GPUs, never who *loses* them. The wrapped policy's walk first decides, as
 without fair share, which running borrowers keep their GPUs; what it hands to waiting borrowers, with what it would
-free from running ones, is then lent again in fair-share order (``engine._lend_fairly``). A running borrower the
-policy keeps is never preempted for fair share; one it would preempt may be spared. Ranking running borrowers by
-usage instead would swap two tenants back and forth every time their usage crossed, a preemption each time, because
-the one that runs is the one whose usage grows.
+free from running ones, is then lent again in fair-share order (the ``lend_fairly`` phase of ``preemptive_walk``). A
+running borrower the policy keeps is never preempted for fair share; one it would preempt may be spared. Ranking
+running borrowers by usage instead would swap two tenants back and forth every time their usage crossed, a
+preemption each time, because the one that runs is the one whose usage grows.
 
 Tenants with no guaranteed GPUs hold no share: they borrow after every tenant that has one, in order of their own
 usage. Pure: the caller passes every time in.

@@ -10,7 +10,9 @@ Two writers share the shape: a what-if run's row (``layout`` as ``[gpus, rack]``
 - ``fair_share_half_life_hours``: the usage half-life fair share replays with (``+quota`` policies); null, 0 or
   absent for none.
 
-Pure: no Django, so the CLI and the portal's worker read it alike.
+It checks the shapes of the JSON; the rules the values obey are :mod:`scheduling.sim.replay_rules`' (the portal's
+what-if runs obey them too), worded here for a file. Pure: no Django, so the CLI and the portal's worker read it
+alike.
 """
 
 from __future__ import annotations
@@ -20,10 +22,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scheduling.core.model import TenantLimits
+from scheduling.sim.replay_rules import (
+    MAX_HALF_LIFE_HOURS,
+    half_life_refusal,
+    negative_quota_refusal,
+    racks_refusal,
+    size_refusal,
+)
 from scheduling.sim.simulator import Cluster
 
-#: The longest fair-share half-life a replay takes: ten years, which already means "never forget".
-MAX_HALF_LIFE_HOURS = 87_600.0
+__all__ = ["MAX_HALF_LIFE_HOURS", "ReplaySetup", "SetupError", "read_setup"]
 
 
 class SetupError(ValueError):
@@ -50,7 +58,7 @@ def read_setup(data: object) -> ReplaySetup:
 def _half_life(hours: object) -> float | None:
     if hours is None or hours == 0:
         return None
-    if not isinstance(hours, int | float) or isinstance(hours, bool) or not 0 <= hours <= MAX_HALF_LIFE_HOURS:
+    if not isinstance(hours, int | float) or isinstance(hours, bool) or half_life_refusal(hours) is not None:
         raise SetupError(
             f"fair_share_half_life_hours is {hours!r}, not a number of hours from 0 to {MAX_HALF_LIFE_HOURS:.0f}"
         )
@@ -70,7 +78,7 @@ def _cluster(fields: Mapping[str, Any]) -> Cluster | None:
         return None
     nodes, gpus = _whole(fields.get("nodes"), "nodes"), _whole(fields.get("gpus_per_node"), "gpus_per_node")
     racks = _whole(fields.get("racks", 1), "racks")
-    if nodes < 1 or gpus < 1 or not 1 <= racks <= nodes:
+    if size_refusal("nodes", nodes) or size_refusal("gpus_per_node", gpus) or racks_refusal(nodes=nodes, racks=racks):
         raise SetupError("nodes and gpus_per_node must be at least 1, racks from 1 to the nodes")
     return Cluster(nodes, gpus, racks)
 
@@ -96,7 +104,7 @@ def _tenants(quotas: object) -> dict[str, TenantLimits]:
             guaranteed_gpus=guaranteed,
             user_cap=None if user_cap is None else _whole(user_cap, f"{slug}'s user_cap"),
         )
-        if min(guaranteed, cap or 0, user_cap or 0) < 0:
+        if negative_quota_refusal(str(slug), tenants[str(slug)]) is not None:
             raise SetupError(f"{slug}'s quota has a negative number")
     return tenants
 

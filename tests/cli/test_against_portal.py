@@ -28,11 +28,12 @@ from rest_framework.authtoken.models import Token
 from typer.testing import Result
 
 from portal import celery_app
+from portal.jobs.logs import job_log_append
 from portal.jobs.models import Job
-from portal.jobs.services import job_log_append, job_submit
+from portal.jobs.services import job_submit
 from portal.nodes.models import Gpu, NodeState
 from portal.nodes.services import node_token_issue
-from portal.scheduler.forecast import start_forecast_refresh
+from portal.scheduler.services import start_forecast_refresh
 from portal.tenants.models import Tenant
 from tests.cli.conftest import Invoke
 from tests.factories import MembershipFactory, NodeFactory, QuotaFactory, TenantFactory, UserFactory

@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from cli.api import field_errors
-from cli.client_commands import command_string, derive_name, parse_env
 from cli.errors import CliError
+from cli.job_spec import command_string, derive_name, parse_env
 
 
 @pytest.mark.parametrize(

@@ -8,8 +8,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from cli import durations as client_durations
 from portal.jobs.models import Job
+from scheduling.core import durations as client_durations  # the client parses with the portal's grammar (#14)
 from scheduling.core import durations as portal_durations
 from tests.cli.conftest import Invoke
 
@@ -22,7 +22,8 @@ SAMPLES = ["7200", " 45 ", "2h", "90m", "1D 12H", "1h30m", "1h 30m 15s", "1.5h",
 
 @pytest.mark.parametrize("text", SAMPLES)
 def test_the_client_parses_durations_like_the_portal(text: str) -> None:
-    """The client keeps its own copy of the grammar (it imports nothing of the server); the two must agree."""
+    """The client parses and prints limits with the portal's one grammar (``scheduling.core.durations``, imported
+    when a limit is parsed or shown); the two must agree."""
     try:
         expected: int | str = portal_durations.parse_duration(text)
     except ValueError as exc:

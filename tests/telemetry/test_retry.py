@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from telemetry.health import Finding, HealthCause, Verdict
-from telemetry.retry import FailureOrigin, failure_origin, is_out_of_memory, retry_decision
+from telemetry.retry import FailureOrigin, failure_origin, retry_decision
 
 HEALTHY = Verdict("GPU-1")
 SICK = Verdict("GPU-2", (Finding(HealthCause.FATAL_XID, "fatal XID 79", 1.0),))
@@ -26,8 +26,3 @@ def test_job_failures_are_never_retried() -> None:
     assert origin is FailureOrigin.JOB
     decision = retry_decision(origin, hardware_retries_so_far=0)
     assert not decision.retry and "by itself" in decision.reason
-
-
-def test_out_of_memory_detection() -> None:
-    assert is_out_of_memory("RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB")
-    assert not is_out_of_memory("loss=0.12")

@@ -46,10 +46,11 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
+from portal.jobs.logs import job_log_append
 from portal.jobs.models import Job, JobTask
-from portal.jobs.services import job_cancel, job_log_append, job_submit
+from portal.jobs.services import job_cancel, job_submit
 from portal.nodes.services import TaskReport, node_heartbeat
-from portal.scheduler.round import scheduling_round
+from portal.scheduler.services import scheduling_round
 from telemetry.sample import GpuSample, XidEvent
 from tests.factories import UserFactory
 from tests.fixtures import World, agent_client

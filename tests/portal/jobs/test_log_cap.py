@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 from django.db import connection, transaction
 
+from portal.jobs.logs import job_log_append
 from portal.jobs.models import Job, JobLogChunk
 from portal.jobs.selectors import job_log_read
-from portal.jobs.services import job_log_append, job_submit
+from portal.jobs.services import job_submit
 from tests.concurrency import run_together
 from tests.fixtures import World
 

@@ -8,7 +8,7 @@ from django.db import connection
 from portal.errors import Conflict, NotAllowed, QuotaExceeded, ValidationFailed
 from portal.jobs.models import EventKind, Job, JobTask
 from portal.jobs.services import job_cancel, job_submit, job_transition
-from portal.scheduler.round import scheduling_round
+from portal.scheduler.services import scheduling_round
 from portal.tenants.models import Quota
 from scheduling.core.states import InvalidTransition, JobState
 from tests.concurrency import run_together

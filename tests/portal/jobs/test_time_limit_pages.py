@@ -12,7 +12,7 @@ from django.utils import timezone
 from portal.jobs.models import Job
 from portal.jobs.services import job_submit
 from portal.nodes.models import Gpu, GpuHealth
-from portal.scheduler.round import scheduling_round
+from portal.scheduler.services import scheduling_round
 from tests.fixtures import World
 
 HTMX = {"HTTP_HX_REQUEST": "true"}

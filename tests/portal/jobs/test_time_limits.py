@@ -13,7 +13,7 @@ from portal.errors import ValidationFailed
 from portal.jobs.models import MAX_TIME_LIMIT, Allocation, Job, JobTask
 from portal.jobs.services import job_cancel, job_requeue, job_submit, jobs_enforce_time_limits
 from portal.nodes.services import TaskReport, node_heartbeat
-from portal.scheduler.round import scheduling_round
+from portal.scheduler.services import scheduling_round
 from tests.concurrency import run_together
 from tests.fixtures import World
 

@@ -11,7 +11,7 @@ from portal.jobs.models import Allocation, Job, JobTask
 from portal.jobs.services import job_cancel, job_submit
 from portal.nodes.models import Node
 from portal.nodes.services import GpuReport, TaskReport, node_heartbeat, node_register, nodes_mark_stale_down
-from portal.scheduler.round import scheduling_round
+from portal.scheduler.services import scheduling_round
 from tests.fixtures import World, agent_client
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from portal.jobs.models import Allocation, Job
 from portal.jobs.services import job_submit
 from portal.nodes.models import Gpu, GpuHealth
-from portal.scheduler.round import scheduling_round
+from portal.scheduler.services import scheduling_round
 from tests.fixtures import World
 
 HOUR = 3600

@@ -11,9 +11,8 @@ from django.utils import timezone
 
 from portal.jobs.models import Job
 from portal.jobs.services import job_submit
-from portal.scheduler.forecast import start_forecast_refresh
 from portal.scheduler.policy_cache import forget_policies
-from portal.scheduler.round import scheduling_round
+from portal.scheduler.services import scheduling_round, start_forecast_refresh
 from portal.tenants.models import Quota
 from portal.tenants.selectors import tenant_usage, usage_history
 from tests.fixtures import World

@@ -14,9 +14,8 @@ from rest_framework.test import APIClient
 from portal.jobs.models import Job
 from portal.jobs.selectors import job_start_estimate
 from portal.jobs.services import job_submit
-from portal.scheduler.forecast import remaining_run_time, start_forecast_refresh
 from portal.scheduler.policy_cache import forget_policies
-from portal.scheduler.round import scheduling_round
+from portal.scheduler.services import remaining_run_time, scheduling_round, start_forecast_refresh
 from portal.scheduler.tasks import refresh_start_forecasts
 from scheduling.core.duration_predict import DurationPredictor
 from scheduling.core.model import FinishedJob, JobState, JobView

@@ -10,7 +10,7 @@ from portal.jobs.models import Job, JobTask
 from portal.jobs.services import job_cancel, job_submit
 from portal.nodes.services import TaskReport, node_heartbeat
 from portal.scheduler.policy_cache import forget_policies, live_policy
-from portal.scheduler.round import scheduling_round
+from portal.scheduler.services import scheduling_round
 from tests.fixtures import World
 
 

@@ -15,7 +15,7 @@ from portal.jobs.services import job_submit
 from portal.nodes.models import Gpu
 from portal.nodes.services import TaskReport, node_heartbeat
 from portal.scheduler.models import SchedulerRound
-from portal.scheduler.round import scheduling_round
+from portal.scheduler.services import scheduling_round
 from tests.concurrency import run_together
 from tests.fixtures import World
 

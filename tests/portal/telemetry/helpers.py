@@ -13,7 +13,7 @@ from portal.jobs.models import Allocation, Job, JobTask
 from portal.jobs.services import job_submit
 from portal.nodes.models import Gpu
 from portal.nodes.services import TaskReport, node_heartbeat
-from portal.scheduler.round import scheduling_round
+from portal.scheduler.services import scheduling_round
 from portal.telemetry.models import Rollup, RollupPeriod
 from telemetry.predict.artifact import ModelArtifact, make_header
 from telemetry.predict.estimators import ModelKind

@@ -11,9 +11,9 @@ from portal.jobs.models import Allocation, EventKind, Job, JobEvent
 from portal.jobs.services import job_submit
 from portal.nodes.models import Gpu
 from portal.nodes.services import TaskReport, node_heartbeat
-from portal.scheduler.round import scheduling_round
+from portal.scheduler.services import scheduling_round
 from portal.telemetry.models import Alert, GpuHealthEvent, XidRecord
-from portal.telemetry.services import gpu_mark_healthy
+from portal.telemetry.services.health import gpu_mark_healthy
 from tests.fixtures import World
 from tests.portal.telemetry.helpers import post_batch, running_job, sample, xid
 

@@ -8,7 +8,7 @@ from django.utils import timezone
 from portal.jobs.services import job_submit
 from portal.nodes.models import Gpu
 from portal.nodes.services import TaskReport, node_heartbeat
-from portal.scheduler.round import scheduling_round
+from portal.scheduler.services import scheduling_round
 from portal.telemetry import tasks
 from portal.telemetry.models import Alert, FailureModel, GpuHealthEvent, GpuRisk
 from tests.fixtures import World

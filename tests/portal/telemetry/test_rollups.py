@@ -11,13 +11,8 @@ from django.utils import timezone
 
 from portal.nodes.models import Gpu
 from portal.telemetry.models import Rollup, RollupPeriod, Sample
-from portal.telemetry.services import (
-    gpu_mark_unhealthy,
-    rollup_hours,
-    rollup_minutes,
-    telemetry_prune,
-    telemetry_rollup,
-)
+from portal.telemetry.services.health import gpu_mark_unhealthy
+from portal.telemetry.services.rollups import rollup_hours, rollup_minutes, telemetry_prune, telemetry_rollup
 from telemetry.csvio import read_labels, read_telemetry
 from telemetry.health import Finding, HealthCause, Verdict
 from telemetry.schema import COLUMNS

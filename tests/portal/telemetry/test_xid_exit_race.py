@@ -16,7 +16,7 @@ from portal.jobs.models import Allocation, EventKind, Job, JobEvent, JobTask
 from portal.jobs.services import job_submit
 from portal.nodes.models import Gpu
 from portal.nodes.services import TaskReport, node_heartbeat
-from portal.scheduler.round import scheduling_round
+from portal.scheduler.services import scheduling_round
 from portal.telemetry.models import GpuHealthEvent, XidRecord
 from scheduling.core.states import InvalidTransition, JobState, check_transition
 from tests.fixtures import World

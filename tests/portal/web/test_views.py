@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from django.test import Client
 
+from portal.jobs.logs import job_log_append
 from portal.jobs.models import Job
-from portal.jobs.services import job_log_append, job_submit
-from portal.scheduler.round import scheduling_round
+from portal.jobs.services import job_submit
+from portal.scheduler.services import scheduling_round
 from tests.fixtures import World
 
 HTMX = {"HTTP_HX_REQUEST": "true"}

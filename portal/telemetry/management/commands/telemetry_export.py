@@ -8,7 +8,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from portal.telemetry.services import export_history
+from portal.telemetry.services.history import export_history
 from telemetry.csvio import parse_time
 
 

@@ -1,7 +1,8 @@
 """Build the scheduling core's :class:`Snapshot` from the database, in a fixed number of queries.
 
-Only this module and :mod:`portal.scheduler.apply` translate between Django rows and the core's frozen values;
-the core itself never sees a model instance.
+It reads only through the selectors of the apps that own the rows (nodes, jobs, tenants). Only this module and
+:mod:`portal.scheduler.apply` translate between Django rows and the core's frozen values; the core itself never
+sees a model instance.
 """
 
 from __future__ import annotations
@@ -10,8 +11,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
 
-from portal.jobs.models import Allocation, Job
-from portal.nodes.models import Gpu, GpuHealth, Node, NodeState
+from portal.jobs.selectors import jobs_held_gpus, jobs_in_system
+from portal.nodes.models import GpuHealth, Node, NodeState
+from portal.nodes.selectors import gpu_holders, gpus_present_on, nodes_not_down
 from portal.tenants.selectors import tenant_limits, usage_history
 from scheduling.core.model import GpuSlot, JobView, NodeView, Snapshot
 from scheduling.core.states import JobState
@@ -38,23 +40,21 @@ def build_snapshot(*, now: datetime, fair_share: bool = False) -> LiveSnapshot:
     are never offered. ``fair_share`` (for policies with the quota layer) adds the tenants' decayed usage, unless
     ``CORRAL_FAIR_SHARE_HALF_LIFE_HOURS`` is 0.
     """
-    nodes = list(Node.objects.exclude(state=NodeState.DOWN).order_by("name"))
-    taken = set(Allocation.objects.filter(released_at__isnull=True).values_list("gpu_id", flat=True))
+    nodes = nodes_not_down()
+    taken = gpu_holders()
     free: dict[int, list[int]] = defaultdict(list)
     cordoned: dict[int, list[int]] = defaultdict(list)
     totals: dict[int, int] = defaultdict(int)
     gpu_index: dict[int, int] = {}
-    for gpu_id, node_id, index, health in Gpu.objects.filter(present=True, node__in=nodes).values_list(
-        "id", "node_id", "index", "health"
-    ):
-        totals[node_id] += 1
-        gpu_index[gpu_id] = index
-        if health == GpuHealth.CORDONED:
-            cordoned[node_id].append(gpu_id)
-        elif health != GpuHealth.HEALTHY:
+    for gpu in gpus_present_on(nodes=nodes):
+        totals[gpu.node_id] += 1
+        gpu_index[gpu.gpu_id] = gpu.index
+        if gpu.health == GpuHealth.CORDONED:
+            cordoned[gpu.node_id].append(gpu.gpu_id)
+        elif gpu.health != GpuHealth.HEALTHY:
             continue
-        if gpu_id not in taken:
-            free[node_id].append(gpu_id)
+        if gpu.gpu_id not in taken:
+            free[gpu.node_id].append(gpu.gpu_id)
     node_views = tuple(
         NodeView(
             name=n.name,
@@ -66,16 +66,10 @@ def build_snapshot(*, now: datetime, fair_share: bool = False) -> LiveSnapshot:
         )
         for n in nodes
     )
-    jobs = list(
-        Job.objects.filter(state__in=[JobState.PENDING.value, JobState.RUNNING.value])
-        .select_related("tenant", "user")
-        .order_by("submitted_at", "pk")
-    )
+    jobs = jobs_in_system()
     running_ids = [j.pk for j in jobs if j.state == JobState.RUNNING.value]
     slots: dict[int, list[GpuSlot]] = defaultdict(list)
-    for job_id, node_name, gpu_id in Allocation.objects.filter(
-        job_id__in=running_ids, released_at__isnull=True
-    ).values_list("job_id", "node__name", "gpu_id"):
+    for job_id, node_name, gpu_id in jobs_held_gpus(job_ids=running_ids):
         slots[job_id].append(GpuSlot(node=node_name, gpu=gpu_id))
     now_ts = now.timestamp()
     job_views = []

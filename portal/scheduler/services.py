@@ -1,21 +1,30 @@
-"""Start forecasts for pending jobs: estimate run times, play the queue forward in the core, store the answers.
+"""The live scheduling loop's services: one round (lease, time limits, snapshot, decide, apply, all in one
+transaction), the start forecast for pending jobs, and the pruning of round statistics.
 
-The core (:mod:`scheduling.core.forecast`) does the look ahead; this module supplies what only the database
-knows: the live snapshot, the live policy (with what it learned), and each job's expected remaining run time.
+The core does the deciding (``scheduling.core.decide``) and the looking ahead (``scheduling.core.forecast``); this
+module supplies what only the database knows (the snapshot from ``portal.scheduler.selectors``, the live policy
+with what it learned, each job's expected remaining run time) and writes the answers through the jobs services
+(``portal.scheduler.apply``, ``portal.jobs.waiting``).
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.db import transaction
 from django.utils import timezone
 
-from portal.jobs.models import Job
+from portal.jobs.lease import try_acquire_round_lease
+from portal.jobs.services import jobs_enforce_time_limits
+from portal.jobs.waiting import StartForecast, jobs_set_start_forecasts
+from portal.scheduler.apply import apply_decision
+from portal.scheduler.models import SchedulerRound
 from portal.scheduler.policy_cache import live_policy
-from portal.scheduler.snapshot import build_snapshot
+from portal.scheduler.selectors import build_snapshot
+from scheduling.core import decide
 from scheduling.core.duration_predict import DurationPredictor
 from scheduling.core.engine import needs_preemptive_walk
 from scheduling.core.forecast import StartOutlook, forecast_starts, round_budget
@@ -23,8 +32,53 @@ from scheduling.core.model import JobId, JobState, JobView
 from scheduling.core.placement import resolve_placement
 from scheduling.core.policies import Qssf
 
-#: Rows written per UPDATE statement.
-_BATCH = 500
+
+@dataclass(frozen=True, slots=True)
+class LiveRoundResult:
+    started: int
+    preempted: int
+    pending: int
+    duration_ms: float
+    timed_out: int = 0  # running jobs stopped this round for running past their time limit
+
+
+def scheduling_round() -> LiveRoundResult | None:
+    """Run one round with the policy and placement named in settings; None when another round holds the lease.
+
+    The clock is read here, once, and handed to the core, which never reads it itself. The round first fails the
+    running jobs that are past their time limit (their processes are stopped through the next heartbeats), then
+    decides. Soft-cordoned GPUs go only to jobs with a time limit of at most ``CORRAL_CORDON_MAX_TIME_LIMIT``.
+    """
+    began = time.perf_counter()
+    with transaction.atomic():
+        if not try_acquire_round_lease():
+            return None
+        now = timezone.now()
+        timed_out = jobs_enforce_time_limits(now=now)
+        policy = live_policy(settings.CORRAL_POLICY)
+        live = build_snapshot(now=now, fair_share=policy.guarantees)
+        placement = resolve_placement(settings.CORRAL_PLACEMENT, short_limit=settings.CORRAL_CORDON_MAX_TIME_LIMIT)
+        decision = decide(live.snapshot, now=now.timestamp(), policy=policy, placement=placement)
+        applied = apply_decision(decision, live)
+        duration_ms = (time.perf_counter() - began) * 1000
+        SchedulerRound.objects.create(
+            duration_ms=duration_ms,
+            policy=settings.CORRAL_POLICY,
+            pending=applied.waiting,
+            started=applied.started,
+            preempted=applied.preempted,
+        )
+    return LiveRoundResult(applied.started, applied.preempted, applied.waiting, duration_ms, len(timed_out))
+
+
+#: How long round statistics are kept (dashboards and /metrics look at the last few minutes).
+ROUND_HISTORY = timedelta(days=1)
+
+
+def scheduler_rounds_prune(*, now: datetime | None = None) -> int:
+    """Delete round statistics older than :data:`ROUND_HISTORY`; returns how many went."""
+    now = now or timezone.now()
+    return SchedulerRound.objects.filter(at__lt=now - ROUND_HISTORY).delete()[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,11 +146,10 @@ def start_forecast_refresh(*, now: datetime | None = None) -> ForecastResult:
             jobs_in_system, preemptive=needs_preemptive_walk(policy), work=settings.CORRAL_FORECAST_WORK
         ),
     )
-    jobs = []
-    for job_id, forecast in forecasts.items():
-        at = None if forecast.at is None else datetime.fromtimestamp(forecast.at, tz=UTC)
-        jobs.append(Job(pk=job_id, start_outlook=forecast.outlook.value, expected_start_at=at, forecast_at=began))
-    Job.objects.bulk_update(jobs, ["start_outlook", "expected_start_at", "forecast_at"], batch_size=_BATCH)  # atomic
+    jobs_set_start_forecasts(
+        forecasts={int(job_id): StartForecast(outlook=f.outlook, at=f.at) for job_id, f in forecasts.items()},
+        made_at=began,
+    )
     estimated = sum(1 for f in forecasts.values() if f.outlook == StartOutlook.ESTIMATED)
     duration_ms = (time.perf_counter() - clock) * 1000
     return ForecastResult(pending=len(forecasts), estimated=estimated, duration_ms=duration_ms)

@@ -1,4 +1,5 @@
-"""How the dashboard prints its numbers: durations as people write them (``1h 30m``), GPU-hours, percentages.
+"""How pages print numbers: durations as people write them (``1h 30m``), GPU-hours, percentages (the dashboard
+and the tenants page; ``{% load numbers %}``).
 
 Missing values print as a dash, never as a zero that would read as a measurement. A value can be missing two ways:
 ``None`` (no telemetry), or an attribute of a summary that does not exist (``row.jct.median`` of a tenant with no

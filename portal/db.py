@@ -1,6 +1,6 @@
-"""Times as numbers in SQL: the one representation in which PostgreSQL (tests, production) and SQLite (``make run``)
-subtract, clip and sum them alike, and which the database hands back as plain floats (cheap to load, unlike one
-datetime per row)."""
+"""Database helpers any app may use. Times as numbers in SQL: the one representation in which PostgreSQL (tests,
+production) and SQLite (``make run``) subtract, clip and sum them alike, and which the database hands back as plain
+floats (cheap to load, unlike one datetime per row)."""
 
 from __future__ import annotations
 

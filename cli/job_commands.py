@@ -1,0 +1,185 @@
+"""``corral submit``, ``jobs``, ``show``, ``logs`` and ``cancel``: a user's own jobs, from submission to the end.
+
+Each command parses its arguments, makes one or two calls through :class:`cli.api.Client`, and renders the answer
+with :mod:`cli.render` (a rich table for people, ``--json`` for scripts).
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable
+from typing import Annotated, TypeVar
+
+import typer
+
+from cli import render
+from cli.api import TERMINAL_STATES
+from cli.command_base import JsonFlag, friendly, portal_client
+from cli.errors import CliError
+from cli.job_spec import command_string, derive_name, parse_env, parse_time_limit
+
+R = TypeVar("R")
+
+#: Seconds ``logs -f`` keeps retrying while the portal is unreachable or failing, before it gives up.
+FOLLOW_PATIENCE = 30.0
+
+
+@friendly
+def submit(
+    command: Annotated[
+        list[str], typer.Argument(metavar="COMMAND", help="The command to run, after `--`.", show_default=False)
+    ],
+    gpus: Annotated[int, typer.Option("--gpus", "-g", help="GPUs the job needs.")] = 1,
+    name: Annotated[
+        str | None, typer.Option("--name", "-n", help="Job name (default: derived from the command).")
+    ] = None,
+    tenant: Annotated[
+        str | None, typer.Option("--tenant", "-t", help="Tenant slug; needed only if you belong to several.")
+    ] = None,
+    env: Annotated[
+        list[str] | None, typer.Option("--env", "-e", help="KEY=VALUE for the job's environment; repeatable.")
+    ] = None,
+    time_limit: Annotated[
+        str | None,
+        typer.Option(
+            "--time-limit",
+            metavar="DURATION",
+            help="Stop the job (it fails) once it has run this long: 2h, 90m, 1d 12h or seconds. "
+            "Short limits may also use GPUs that are cordoned because they are predicted to fail.",
+        ),
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Submit a job; its command goes after `--`.
+
+    Example: corral submit --gpus 2 --time-limit 4h -e WANDB_MODE=offline -- python train.py --epochs 10
+    """
+    limit = parse_time_limit(time_limit)
+    job_env = parse_env(env or [])
+    with portal_client() as client:
+        job = client.submit_job(
+            name=name or derive_name(command),
+            command=command_string(command),
+            gpus=gpus,
+            tenant=tenant,
+            env=job_env,
+            time_limit=limit,
+        )
+    if as_json:
+        render.print_json(job)
+        return
+    render.emit(render.submitted_line(job))
+
+
+@friendly
+def jobs(
+    state: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--state",
+            "-s",
+            help="pending, running, succeeded, failed or cancelled; repeat or comma-separate for several.",
+        ),
+    ] = None,
+    tenant: Annotated[str | None, typer.Option("--tenant", "-t", help="Only this tenant's jobs.")] = None,
+    user: Annotated[str | None, typer.Option("--user", "-u", help="Only this user's jobs.")] = None,
+    mine: Annotated[bool, typer.Option("--mine", "-m", help="Only your own jobs.")] = False,
+    limit: Annotated[int, typer.Option("--limit", "-l", min=1, help="Show at most this many jobs, newest first.")] = 50,
+    as_json: JsonFlag = False,
+) -> None:
+    """List the jobs you can see: every job of your tenants (of all tenants for staff), newest first."""
+    states = [s.strip() for value in state or [] for s in value.split(",") if s.strip()]
+    with portal_client() as client:
+        found = client.list_jobs(states=states, tenant=tenant, user=user, mine=mine, limit=limit)
+    if as_json:
+        render.print_json(found)
+        return
+    if not found:
+        typer.echo("No jobs.")
+        return
+    if len(found) == limit:
+        typer.echo(f"(the newest {limit} jobs; --limit shows more)", err=True)  # stderr: stdout stays the table
+    render.emit(render.jobs_table(found))
+
+
+@friendly
+def show(job_id: Annotated[int, typer.Argument(metavar="ID", help="Job id.")], as_json: JsonFlag = False) -> None:
+    """Show one job: state, why it is waiting, where it runs, exit code, and its history."""
+    with portal_client() as client:
+        job = client.get_job(job_id)
+        events = client.job_events(job_id)
+    if as_json:
+        render.print_json({**job, "events": events})
+        return
+    render.emit(*render.job_detail(job, events))
+
+
+@friendly
+def logs(
+    job_id: Annotated[int, typer.Argument(metavar="ID", help="Job id.")],
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing new output until the job ends.")
+    ] = False,
+    interval: Annotated[float, typer.Option(min=0.1, help="Seconds between polls with --follow.")] = 1.0,
+) -> None:
+    """Print a job's output (stdout and stderr together); with -f, follow it until the job finishes."""
+    with portal_client() as client:
+        patient = functools.partial(_patiently, enabled=follow, interval=interval)
+        offset = 0
+        while True:
+            chunk = patient(functools.partial(client.job_log, job_id, offset))
+            if chunk.data:
+                typer.echo(chunk.data, nl=False)  # raw bytes: a chunk may end inside a multi-byte character
+            progressed, offset = chunk.next_offset > offset, chunk.next_offset
+            if progressed:
+                continue  # the server may cap a chunk; ask again at once until the log is drained
+            if not follow:
+                return
+            job_state = chunk.job_state or patient(functools.partial(client.get_job, job_id))["state"]
+            if job_state in TERMINAL_STATES:
+                break
+            time.sleep(interval)
+        job = patient(functools.partial(client.get_job, job_id))
+    ended = f"job {job_id} {job['state']}"
+    if job.get("exit_code") is not None:
+        ended += f" (exit code {job['exit_code']})"
+    typer.echo(ended, err=True)  # stderr, so `corral logs -f 12 > out.txt` captures only the job's output
+
+
+def _patiently(call: Callable[[], R], *, enabled: bool, interval: float) -> R:
+    """Run ``call``; when ``enabled``, retry transient failures for up to :data:`FOLLOW_PATIENCE` seconds.
+
+    Following a job can take hours, and a portal restart or one 5xx in that time should not end it; a one-shot
+    command, on the other hand, reports the first failure at once.
+    """
+    deadline = time.monotonic() + FOLLOW_PATIENCE
+    while True:
+        try:
+            return call()
+        except CliError as exc:
+            if not (enabled and exc.transient) or time.monotonic() >= deadline:
+                raise
+        time.sleep(interval)
+
+
+@friendly
+def cancel(job_ids: Annotated[list[int], typer.Argument(metavar="ID...", help="Job ids.", show_default=False)]) -> None:
+    """Cancel jobs. A pending job is cancelled at once; a running one is stopped by its node first."""
+    failed = 0
+    with portal_client() as client:
+        for job_id in job_ids:
+            try:
+                job = client.cancel_job(job_id)
+            except CliError as exc:
+                if len(job_ids) == 1:
+                    raise
+                typer.echo(f"error: {exc.message}", err=True)
+                failed += 1
+                continue
+            if job["state"] == "cancelled":
+                typer.echo(f"Cancelled job {job_id}.")
+            else:
+                typer.echo(f"Cancel requested for job {job_id} ({job['state']}); its node is stopping it.")
+    if failed:
+        raise typer.Exit(1)

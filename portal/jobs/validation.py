@@ -1,0 +1,107 @@
+"""What a submission must satisfy before a job exists: its spec (command, name, GPUs, environment, time limit),
+the tenant it goes to, and whether it could ever fit. Each check raises ``ValidationFailed`` naming the field, so
+the API, the form and the CLI show the same words. Called by ``job_submit`` inside its transaction."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from portal.errors import ValidationFailed
+from portal.jobs.models import MAX_TIME_LIMIT
+from portal.nodes.selectors import present_gpu_count
+from portal.tenants.models import Membership, Quota, Tenant
+from scheduling.core.durations import format_duration
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
+MAX_COMMAND_CHARS = 16_000
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: Variables the portal sets for each task; a user's env may not override them.
+RESERVED_ENV = frozenset(
+    {
+        "CUDA_VISIBLE_DEVICES",
+        "CORRAL_JOB_ID",
+        "CORRAL_ATTEMPT",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "WORLD_SIZE",
+        "RANK",
+        "LOCAL_RANK",
+        "NODE_RANK",
+        "CORRAL_NNODES",
+        "CORRAL_NODE_RANK",
+    }
+)
+
+
+def membership(user: User, tenant: Tenant) -> Membership | None:
+    return Membership.objects.filter(user=user, tenant=tenant).first()
+
+
+def resolve_tenant(user: User, tenant: Tenant | str | None) -> Tenant:
+    resolved: Tenant | None
+    if isinstance(tenant, Tenant):
+        resolved = tenant
+    elif tenant:
+        resolved = Tenant.objects.filter(slug=tenant).first()
+        if resolved is None:
+            raise ValidationFailed(f"unknown tenant '{tenant}'", field="tenant")
+    else:
+        slugs = list(Membership.objects.filter(user=user).values_list("tenant__slug", flat=True)[:2])
+        if len(slugs) != 1:
+            problem = "you belong to no tenant" if not slugs else "you belong to several tenants; name one"
+            raise ValidationFailed(problem, field="tenant")
+        return Tenant.objects.get(slug=slugs[0])
+    if not user.is_staff and membership(user, resolved) is None:
+        # Same words as for an unknown tenant: do not confirm that another tenant exists.
+        raise ValidationFailed(f"unknown tenant '{resolved.slug}'", field="tenant")
+    return resolved
+
+
+def validate_spec(*, name: str, command: str, gpus: int, env: Mapping[str, str], time_limit: int | None) -> None:
+    if not command.strip():
+        raise ValidationFailed("the command is empty", field="command")
+    if len(command) > MAX_COMMAND_CHARS:
+        raise ValidationFailed(f"the command is longer than {MAX_COMMAND_CHARS} characters", field="command")
+    if "\x00" in command:
+        raise ValidationFailed("the command contains a NUL character", field="command")
+    if not name.strip():
+        raise ValidationFailed("the name is empty", field="name")
+    if gpus < 1:
+        raise ValidationFailed("a job needs at least 1 GPU", field="gpus")
+    for key, value in env.items():
+        if not ENV_NAME.match(key):
+            raise ValidationFailed(f"'{key}' is not a valid environment variable name", field="env")
+        if key in RESERVED_ENV:
+            raise ValidationFailed(f"'{key}' is set by Corral and cannot be overridden", field="env")
+        if not isinstance(value, str) or "\x00" in value:
+            raise ValidationFailed(f"the value of '{key}' must be a string without NUL characters", field="env")
+    if time_limit is not None:
+        if isinstance(time_limit, bool) or not isinstance(time_limit, int) or time_limit < 1:
+            raise ValidationFailed("the time limit must be a whole number of seconds, at least 1", field="time_limit")
+        if time_limit > MAX_TIME_LIMIT:
+            raise ValidationFailed(
+                f"the time limit may be at most {format_duration(MAX_TIME_LIMIT)} ({MAX_TIME_LIMIT} seconds); "
+                f"this job asks for {format_duration(time_limit)}",
+                field="time_limit",
+            )
+
+
+def check_fits(*, tenant: Tenant, gpus: int, quota: Quota | None) -> None:
+    """Refuse at submit a job that could never start, so it does not wait forever with no hope."""
+    if quota is not None and quota.gpu_limit is not None and gpus > quota.gpu_limit:
+        raise ValidationFailed(
+            f"tenant '{tenant.slug}' may use at most {quota.gpu_limit} GPUs at once; this job asks for {gpus}",
+            field="gpus",
+        )
+    if quota is not None and quota.user_gpu_limit is not None and gpus > quota.user_gpu_limit:
+        raise ValidationFailed(
+            f"each member of '{tenant.slug}' may use at most {quota.user_gpu_limit} GPUs; this job asks for {gpus}",
+            field="gpus",
+        )
+    cluster_gpus = present_gpu_count()
+    if gpus > cluster_gpus:
+        raise ValidationFailed(f"the cluster has {cluster_gpus} GPUs; this job asks for {gpus}", field="gpus")
