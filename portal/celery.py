@@ -18,34 +18,44 @@ app.autodiscover_tasks()  # every installed app's tasks module
 def _periodic_tasks(sender: Celery, **_: object) -> None:
     from django.conf import settings
 
-    from portal import queue
+    from portal.queue import (
+        PRUNE_ROUNDS,
+        PRUNE_SAMPLES,
+        REFRESH_START_FORECASTS,
+        ROLLUP_SAMPLES,
+        SCHEDULE_ROUND,
+        SCORE_GPUS,
+        SWEEP_NODES,
+        SWEEP_WHATIF_RUNS,
+        TRAIN_FAILURE_MODEL,
+    )
 
     every = settings.CORRAL_SCHEDULE_EVERY
     # A round every few seconds catches whatever the on-commit kicks missed (a worker restart, a lost message);
     # it expires after one period, so a backlog never turns into a burst of redundant rounds.
-    sender.add_periodic_task(every, _task(queue.SCHEDULE_ROUND), expires=every, name="schedule-round")
+    sender.add_periodic_task(every, _task(SCHEDULE_ROUND), expires=every, name="schedule-round")
     # Liveness: a third of the node timeout (at most 10 s), so a dead node's jobs are requeued within about
     # 1.3 x CORRAL_NODE_TIMEOUT.
     sweep = min(10.0, max(1.0, settings.CORRAL_NODE_TIMEOUT / 3))
-    sender.add_periodic_task(sweep, _task(queue.SWEEP_NODES), expires=sweep, name="sweep-nodes")
+    sender.add_periodic_task(sweep, _task(SWEEP_NODES), expires=sweep, name="sweep-nodes")
     # Start forecasts for pending jobs: a look ahead with the live policy, much heavier than a round, so it has
     # its own slower cadence; each run replaces the last, so it expires after one period.
     forecast = settings.CORRAL_FORECAST_EVERY
-    sender.add_periodic_task(forecast, _task(queue.REFRESH_START_FORECASTS), expires=forecast, name="forecast-starts")
+    sender.add_periodic_task(forecast, _task(REFRESH_START_FORECASTS), expires=forecast, name="forecast-starts")
     # Telemetry rollups: each run rebuilds the last few 1-minute buckets and the current hour (idempotent upserts);
     # expires after one period so a stalled worker never queues a backlog of identical runs.
-    sender.add_periodic_task(60.0, _task(queue.ROLLUP_SAMPLES), expires=60.0, name="telemetry-rollup")
+    sender.add_periodic_task(60.0, _task(ROLLUP_SAMPLES), expires=60.0, name="telemetry-rollup")
     # Failure-risk scoring on the hourly rollups: every 5 minutes is ample for a 24 h horizon. On a fresh install
     # it also requests the first model training.
-    sender.add_periodic_task(300.0, _task(queue.SCORE_GPUS), expires=300.0, name="telemetry-score")
+    sender.add_periodic_task(300.0, _task(SCORE_GPUS), expires=300.0, name="telemetry-score")
     # Retention: hourly; deletes in chunks, so a missed run only leaves a little more for the next one.
-    sender.add_periodic_task(3600.0, _task(queue.PRUNE_SAMPLES), expires=3600.0, name="telemetry-prune")
+    sender.add_periodic_task(3600.0, _task(PRUNE_SAMPLES), expires=3600.0, name="telemetry-prune")
     # Round statistics older than a day are dropped; every 10 minutes keeps the table at about a day of rounds.
-    sender.add_periodic_task(600.0, _task(queue.PRUNE_ROUNDS), expires=600.0, name="scheduler-prune-rounds")
+    sender.add_periodic_task(600.0, _task(PRUNE_ROUNDS), expires=600.0, name="scheduler-prune-rounds")
     # What-if runs whose message or worker was lost are sent again or failed, so none waits for ever.
-    sender.add_periodic_task(300.0, _task(queue.SWEEP_WHATIF_RUNS), expires=300.0, name="whatif-sweep")
+    sender.add_periodic_task(300.0, _task(SWEEP_WHATIF_RUNS), expires=300.0, name="whatif-sweep")
     # Sliding retraining of the failure predictor on the latest window: daily, seconds to minutes of one core.
-    sender.add_periodic_task(86_400.0, _task(queue.TRAIN_FAILURE_MODEL), expires=3600.0, name="telemetry-train")
+    sender.add_periodic_task(86_400.0, _task(TRAIN_FAILURE_MODEL), expires=3600.0, name="telemetry-train")
 
 
 def _task(name: str) -> Signature[Any]:  # a task by name: its result type is unknown here
