@@ -4,6 +4,9 @@ The agent holds no database credentials; this module is its only way to the cont
 into frozen dataclasses here, at the edge, so the loop and the runner never touch raw JSON. A reply that does not
 parse is treated like a network failure (the loop backs off and retries) because every call of the protocol is
 idempotent: the next heartbeat repairs whatever a lost or garbled one missed.
+
+Long on purpose: it is the whole wire protocol (every message type, every call, every reply parser) in one place,
+so the agent's idea of the protocol can be read, and checked against docs/agent-protocol.md, in one file.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ LOG_CHUNK_BYTES = 64 * 1024
 #: Bytes of log sent per heartbeat over all tasks. JSON can escape a control byte into six, and the portal (Django)
 #: refuses request bodies over 2.5 MB by default; a heartbeat refused for its size would get the node marked down.
 HEARTBEAT_LOG_BUDGET = 256 * 1024
+#: Bytes of log one ``POST /api/v1/agent/logs/`` may carry (protocol limit; the log shipper sends at most this).
+LOG_POST_MAX_BYTES = 8 * 2**20
 
 
 def agent_version() -> str:
@@ -48,7 +53,14 @@ class PortalRefused(Exception):
     """The portal refused the call for a reason a retry will not fix by itself (bad token, 4xx).
 
     The agent still retries (an admin may re-issue the token), but logs this as an error rather than a warning.
+    ``status`` is the HTTP status when the portal answered, ``code`` the refusal's ``code`` when it gave one (a
+    route the portal does not have is a 404 without one).
     """
+
+    def __init__(self, message: str, *, status: int | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
 
 
 class TaskState(StrEnum):
@@ -91,10 +103,14 @@ class GpuDescriptor:
 
 @dataclass(frozen=True, slots=True)
 class RegisterRequest:
+    """``clean``: the agent has seen every process group of every task from before this registration gone (it
+    SIGKILLed them), so the portal may free the GPUs they held. False keeps them fenced until an admin says so."""
+
     hostname: str
     address: str
     agent_version: str
     gpus: tuple[GpuDescriptor, ...]
+    clean: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -102,14 +118,19 @@ class RegisterRequest:
             "address": self.address,
             "agent_version": self.agent_version,
             "gpus": [gpu.to_json() for gpu in self.gpus],
+            "clean": self.clean,
         }
 
 
 @dataclass(frozen=True, slots=True)
 class Registration:
+    """``lease_seconds``: how long the agent may go without a successful heartbeat (counted from when the last one
+    was sent) before it must kill its tasks and register again; None from a portal that grants no lease."""
+
     node: str
     heartbeat_interval: float
     sample_interval: float
+    lease_seconds: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,10 +238,12 @@ class PortalClient:
     def register(self, request: RegisterRequest) -> Registration:
         data = self._post("/api/v1/agent/register/", request.to_json())
         try:
+            lease = data.get("lease_seconds")
             return Registration(
                 node=str(data["node"]),
                 heartbeat_interval=_positive(data.get("heartbeat_interval", 2.0)),
                 sample_interval=_positive(data.get("sample_interval", 10.0)),
+                lease_seconds=None if lease is None else _positive(lease),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise PortalUnavailable(f"malformed register reply: {exc!r}") from exc
@@ -239,13 +262,34 @@ class PortalClient:
         accepted = data.get("accepted", len(samples))
         return accepted if isinstance(accepted, int) else len(samples)
 
-    def _post(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+    def post_log(self, key: TaskKey, offset: int, data: bytes) -> int:
+        """POST bytes ``[offset, offset + len(data))`` of a task's log file as they are; returns the bytes of that
+        log the portal holds (it stored ``data`` if and only if that is ``offset + len(data)``)."""
+        where = {"job": key.job, "attempt": key.attempt, "rank": key.rank, "offset": offset}
+        reply = self._post("/api/v1/agent/logs/", content=data, params=where)
+        try:
+            return max(0, _int(reply["log_offset"]))
+        except (KeyError, TypeError) as exc:
+            raise PortalUnavailable(f"malformed log reply: {exc!r}") from exc
+
+    def _post(
+        self,
+        path: str,
+        body: Mapping[str, Any] | None = None,
+        *,
+        content: bytes | None = None,
+        params: Mapping[str, int] | None = None,
+    ) -> dict[str, Any]:
+        """POST ``body`` as JSON, or ``content`` as raw bytes (``application/octet-stream``)."""
         try:
             token = self._token()
         except OSError as exc:
             raise PortalRefused(f"cannot read the node token: {exc}") from exc
+        headers = {"Authorization": f"Node {token}"}
+        if content is not None:
+            headers["Content-Type"] = "application/octet-stream"
         try:
-            response = self._http.post(path, json=body, headers={"Authorization": f"Node {token}"})
+            response = self._http.post(path, json=body, content=content, params=params, headers=headers)
         except httpx.HTTPError as exc:
             raise PortalUnavailable(f"{type(exc).__name__}: {exc}") from exc
         if response.status_code >= 500:
@@ -259,7 +303,12 @@ class PortalClient:
             raise RegisterAgain(path)
         if response.status_code >= 400:
             detail = data.get("detail") or response.text[:200]
-            raise PortalRefused(f"{path} answered {response.status_code}: {detail}")
+            code = data.get("code")
+            raise PortalRefused(
+                f"{path} answered {response.status_code}: {detail}",
+                status=response.status_code,
+                code=code if isinstance(code, str) else None,
+            )
         return data
 
 

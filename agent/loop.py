@@ -1,12 +1,18 @@
 """The heartbeat loop: report what runs here, do what the portal answers.
 
 One iteration (:meth:`Agent.step`) is: reap exits, ship the GPUs' pending XID events if a task has a non-zero exit
-the portal has not heard of yet, collect a report per task with its new log output, POST the heartbeat, then apply
-the reply (kill, forget, start, log offsets). It is a plain method returning how long to wait, so tests drive it
+the portal has not heard of yet, collect a report per task (with its new log output, unless the log shipper of
+:mod:`agent.log_shipper` sends it beside the heartbeat), POST the heartbeat, then apply the reply (kill, forget,
+start, log offsets). It is a plain method returning how long to wait, so tests drive it
 against a real HTTP peer one beat at a time and :meth:`Agent.run` only adds the waiting.
 
-Failure policy: the control plane being unreachable never stops the node. Tasks keep running, their logs keep
-accumulating on disk, and the next successful heartbeat sends everything from the offsets the portal holds.
+Failure policy: the control plane being unreachable does not stop the node at once. Tasks keep running, their logs
+keep accumulating on disk, and the next successful heartbeat sends everything from the offsets the portal holds.
+The limit is the lease the portal grants at registration (``lease_seconds``): with no successful heartbeat for that
+long, counted from when the last good one was sent, the portal is about to requeue the node's jobs elsewhere, so
+the agent SIGKILLs them all and registers again (:meth:`Agent.fence_if_lease_expired`). A job never runs twice; an
+outage longer than the lease stops the node's jobs. The watchdog (:mod:`agent.watchdog`) does the same when the
+agent itself cannot (stopped, killed).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from agent.client import (
     HEARTBEAT_LOG_BUDGET,
@@ -34,7 +41,10 @@ from agent.client import (
     TaskState,
     agent_version,
 )
+from agent.log_shipper import LogShipper
+from agent.pid_records import KILL_WAIT_SECONDS
 from agent.runner import Runner
+from agent.watchdog import LeaseFile
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +88,8 @@ class Agent:
         retention_seconds: float = 7 * 86400.0,
         clock: Callable[[], float] = time.monotonic,
         flush_xids: Callable[[PortalClient], bool] | None = None,
+        lease_file: LeaseFile | None = None,
+        kill_wait: float = KILL_WAIT_SECONDS,
     ) -> None:
         self.client = client
         self.runner = runner
@@ -97,21 +109,35 @@ class Agent:
         self.flush_xids = flush_xids
         #: Tasks whose exit a successful heartbeat has carried: their XIDs no longer need to go ahead of it.
         self.exits_delivered: set[TaskKey] = set()
+        #: Ships the tasks' logs beside the heartbeat (None: the heartbeat carries them, as in most tests).
+        self.log_shipper: LogShipper | None = None
         self._next_prune = clock()
         self._turn = 0
+        #: Where the lease is written for the watchdog (None: no watchdog, as in most tests).
+        self.lease_file = lease_file
+        #: How long to wait for SIGKILLed process groups to vanish before registering unclean.
+        self.kill_wait = kill_wait
+        #: The lease of the current registration, and when it runs out on ``clock`` (None: no lease granted).
+        self.lease_seconds: float | None = None
+        self.lease_deadline: float | None = None
 
     # --- one iteration -----------------------------------------------------------------------------------------
     def step(self) -> float:
         """Register if needed, then one heartbeat. Returns the seconds to wait before the next step."""
         if self.registration is None and not self.register():
             return self.backoff.next()
+        if self.fence_if_lease_expired():
+            return 0.0  # register again at once
         self.runner.poll()
         self.ship_xids_before_failures()
         reports = self.collect_reports()
+        if self.fence_if_lease_expired():
+            return 0.0  # the agent was held up past its lease: the watchdog may have killed tasks; report nothing
+        sent_at = self.clock()
         try:
             reply = self.client.heartbeat(reports)
         except RegisterAgain:
-            log.warning("portal asked this node to register again; its running tasks were requeued there")
+            log.warning("portal asked this node to register again: its tasks were requeued elsewhere; killing them")
             self.lose_session()
             return self.backoff.next()  # prompt, but a portal that keeps saying so must not make us spin
         except PortalUnavailable as exc:
@@ -120,6 +146,9 @@ class Agent:
         except PortalRefused as exc:
             log.error("heartbeat refused: %s", exc)
             return self.backoff.next()
+        if self.fence_if_lease_expired():
+            return 0.0  # the reply came after the lease had run out: too late, the watchdog may have acted
+        self._renew_lease(sent_at)
         self.backoff.reset()
         for report in reports:
             self.sent_offsets[report.key] = report.log_end
@@ -132,9 +161,17 @@ class Agent:
         return self.heartbeat_interval
 
     def register(self) -> bool:
-        """POST register. On success the node's old session (if any) is gone on the portal side."""
+        """POST register. On success the node's old session (if any) is gone on the portal side.
+
+        Called only when the agent runs no task. First every process group of a task from before this registration
+        (left by a crashed agent, or dropped on ``register again`` or at lease expiry) is SIGKILLed and waited for;
+        the registration says ``clean`` only if all of them are gone, and only then does the portal free the GPUs
+        they held (``clean: false`` keeps them fenced until an admin declares the node lost).
+        """
+        clean = self._kill_leftovers()
+        sent_at = self.clock()
         try:
-            registration = self.client.register(self.request)
+            registration = self.client.register(replace(self.request, clean=clean))
         except (PortalUnavailable, RegisterAgain) as exc:
             log.warning("cannot register with the portal (%s); retrying", exc)
             return False
@@ -143,11 +180,15 @@ class Agent:
             return False
         self.registration = registration
         self.heartbeat_interval = registration.heartbeat_interval
+        self.lease_seconds = registration.lease_seconds  # the portal counts a registration as a heartbeat
+        self._renew_lease(sent_at)
         log.info(
-            "registered as node %s with %d GPU(s); heartbeat every %.1fs",
+            "registered as node %s with %d GPU(s) (%s); heartbeat every %.1fs, lease %s",
             registration.node,
             len(self.request.gpus),
+            "clean" if clean else "unclean: the GPUs of earlier tasks stay fenced",
             registration.heartbeat_interval,
+            "none" if self.lease_seconds is None else f"{self.lease_seconds:.1f}s",
         )
         for callback in self.on_registered:
             callback(registration)
@@ -174,12 +215,18 @@ class Agent:
             log.debug("reporting the exit of %s before the GPUs' XID events could be shipped", failed[0].wire)
 
     def collect_reports(self) -> list[TaskReport]:
-        """One report per tracked task, each carrying the log from the offset the portal holds.
+        """One report per tracked task, with its log's size and the offset the portal holds.
 
-        The log bytes of one heartbeat are capped (``HEARTBEAT_LOG_BUDGET``); which task is served first rotates
-        from beat to beat, so one chatty job cannot starve the logs of the others.
+        With a log shipper (:mod:`agent.log_shipper`), which gets the tasks here, the report carries no log: the
+        shipper sends it beside the heartbeat. Without one, or while the portal lacks the log endpoint, the report
+        carries the log from that offset as it always did; the log bytes of one heartbeat are then capped
+        (``HEARTBEAT_LOG_BUDGET``) and which task is served first rotates from beat to beat, so one chatty job
+        cannot starve the logs of the others.
         """
         self.sent_offsets = {key: value for key, value in self.sent_offsets.items() if key in self.runner.tasks}
+        shipper = self.log_shipper
+        if shipper is not None:
+            shipper.sync(self.runner.tasks, acknowledged=self.sent_offsets)
         keys = sorted(self.runner.tasks)
         if keys:
             first = self._turn % len(keys)
@@ -189,8 +236,12 @@ class Agent:
         reports = []
         for key in keys:
             task = self.runner.tasks[key]
-            chunk = self.runner.read_log(task, self.sent_offsets.get(key, 0), limit=min(LOG_CHUNK_BYTES, budget))
-            budget -= len(chunk.text.encode())
+            if shipper is None or not shipper.available:
+                limit = min(LOG_CHUNK_BYTES, budget)
+                chunk = self.runner.read_log(task, self.sent_offsets.get(key, 0), limit=limit)
+                budget -= len(chunk.text.encode())
+            else:
+                chunk = self.runner.read_log(task, shipper.held(key), limit=0)  # the offset and the size, no bytes
             reports.append(TaskReport(key, task.state, task.pid, task.exit_code, chunk.offset, chunk.text, chunk.size))
         return reports
 
@@ -220,17 +271,61 @@ class Agent:
             self.heartbeat_interval = reply.heartbeat_interval
 
     def lose_session(self) -> None:
-        """The portal treats this node as restarted and has requeued its tasks: stop them, then register anew.
+        """The portal has requeued this node's tasks (or is about to: the lease ran out): SIGKILL them all now,
+        forget them, and register anew.
 
-        Leaving them running would duplicate every job (two copies writing the same checkpoints) and hold GPUs the
-        portal now believes are free. This blocks for at most the grace period.
+        Leaving them running would duplicate every job (two copies writing the same checkpoints). No SIGTERM and
+        no grace: they are stale duplicates of jobs that run (or are about to run) elsewhere. They are remembered
+        as finished, so a stale ``start`` order never runs them again. Waiting until their groups are gone is the
+        next registration's first step (:meth:`register`), which tells the portal whether it saw them go.
         """
-        self.runner.terminate_all(self.grace)
+        self.runner.kill_all_now()
         for key in self.runner.tasks:
             self._remember_finished(key)
         self.runner.drop_all()
         self.sent_offsets.clear()
         self.registration = None
+        self.lease_seconds = self.lease_deadline = None
+
+    def fence_if_lease_expired(self) -> bool:
+        """Fence this node if the lease has run out: no heartbeat succeeded for ``lease_seconds``, counted from when
+        the last good one was sent. The portal counts its node timeout from when it *received* that heartbeat, and
+        the lease is shorter, so the tasks die here before the portal can start them elsewhere. True if fenced."""
+        if self.lease_deadline is None or self.clock() < self.lease_deadline:
+            return False
+        log.error(
+            "no heartbeat got through for %.1fs (the lease): the portal will run this node's jobs elsewhere; "
+            "SIGKILLing its %d task(s) and registering again",
+            self.lease_seconds,
+            sum(task.alive for task in self.runner.tasks.values()),
+        )
+        self.lose_session()
+        return True
+
+    def _renew_lease(self, sent_at: float) -> None:
+        """A call sent at ``sent_at`` succeeded: the lease runs ``lease_seconds`` from then, here and in the file."""
+        if self.lease_seconds is None:
+            self.lease_deadline = None
+            if self.lease_file is not None:
+                self.lease_file.clear()
+            return
+        self.lease_deadline = sent_at + self.lease_seconds
+        if self.lease_file is not None:
+            self.lease_file.renew(self.lease_deadline - self.clock(), self.lease_seconds)
+
+    def _kill_leftovers(self) -> bool:
+        """SIGKILL what the pid records name from before the coming registration; True if all of it is gone."""
+        sweep = self.runner.kill_orphans(self.kill_wait)
+        if sweep.survivors:
+            log.error(
+                "process group(s) %s survived SIGKILL for %.0fs (stuck in the kernel, state D?); registering "
+                "unclean: the portal keeps their GPUs fenced until an admin declares the node lost",
+                ", ".join(str(pgid) for pgid in sweep.survivors),
+                self.kill_wait,
+            )
+        elif not sweep.verifiable:
+            log.warning("without /proc no pid records are kept, so jobs of an earlier agent cannot be ruled out")
+        return sweep.clean
 
     def _remember_finished(self, key: TaskKey) -> None:
         self.finished[key] = None
@@ -251,8 +346,9 @@ class Agent:
     def run(self, stop: threading.Event, *, tick: float = 0.2) -> None:
         """Step until ``stop`` is set, then terminate every task (grace, then SIGKILL) and return.
 
-        Between heartbeats the runner is polled every ``tick`` seconds, so a SIGKILL due after a grace period is
-        sent on time even while the portal is unreachable and the next heartbeat is a long backoff away.
+        Between heartbeats the runner is polled and the lease checked every ``tick`` seconds, so a SIGKILL due after
+        a grace period, or at lease expiry, is sent on time even while the portal is unreachable and the next
+        heartbeat is a long backoff away.
         """
         next_beat = self.clock()
         while not stop.is_set():
@@ -265,6 +361,8 @@ class Agent:
                 next_beat = self.clock() + delay
             else:
                 self.runner.poll()
+                if self.fence_if_lease_expired():  # a long backoff must not let the lease run out unenforced
+                    next_beat = self.clock()
             stop.wait(max(0.0, min(tick, next_beat - self.clock())))
         self.shutdown()
 

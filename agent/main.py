@@ -24,9 +24,11 @@ from typing import NoReturn
 from urllib.parse import urlsplit
 
 from agent.client import PortalClient
+from agent.log_shipper import LogShipper
 from agent.loop import Agent
 from agent.runner import JobUser, Runner
 from agent.telemetry_shipper import ProbeGate, TelemetryShipper, gpu_descriptors
+from agent.watchdog import LeaseFile, start_watchdog, stop_watchdog
 from telemetry.probe import open_probe
 
 log = logging.getLogger("agent")
@@ -173,9 +175,10 @@ def run(config: Config) -> int:
     probe = open_probe(config.fake_gpus, seed=zlib.crc32(config.name.encode()))
     gate = ProbeGate(probe)
     runner = Runner(config.workdir, run_as=config.run_as, on_gpus=gate.mark)
-    orphans = runner.kill_orphans(config.grace)
-    if orphans:
-        log.warning("stopped %d job process group(s) a previous agent left running", orphans)
+    # Jobs a previous agent left running (it crashed or was SIGKILLed) are SIGKILLed before every registration,
+    # the first one included (Agent.register), so the portal hears whether they are gone.
+    lease_file = LeaseFile(runner.run_dir / f"agent-{os.getpid()}.lease")
+    lease_file.clear()  # a file left from before a reboot: a monotonic deadline of another boot means nothing
     loop_client = PortalClient(config.server, config.token)
     telemetry_client = PortalClient(config.server, config.token)
     shipper = TelemetryShipper(gate, telemetry_client, interval=config.sample_interval)
@@ -188,8 +191,11 @@ def run(config: Config) -> int:
         grace=config.grace,
         retention_seconds=config.retention_days * 86400.0,
         flush_xids=shipper.flush_xids,  # a dying job's XIDs reach the portal before its exit does (issue #4)
+        lease_file=lease_file,
     )
     agent.on_registered.append(shipper.on_registered)
+    log_client = PortalClient(config.server, config.token)
+    log_shipper = agent.log_shipper = LogShipper(log_client)  # task output beside the heartbeat (issue #15)
 
     stop = threading.Event()
 
@@ -201,14 +207,31 @@ def run(config: Config) -> int:
     signal.signal(signal.SIGINT, on_signal)
     shipping = threading.Thread(target=shipper.run, args=(stop,), name="telemetry", daemon=True)
     shipping.start()
+    logs = threading.Thread(target=log_shipper.run, args=(stop,), name="logs", daemon=True)
+    logs.start()
+    watchdog = None
     try:
+        if runner.pid_records.supported:
+            # Before any job starts: it kills them if this process is stopped or killed past its lease.
+            level = logging.getLevelName(logging.getLogger().getEffectiveLevel())
+            watchdog = start_watchdog(runner.run_dir, lease_file, runner.pid_records.agent, log_level=level)
+        else:
+            log.warning("no /proc: no pid records and no lease watchdog; a stopped agent's jobs would run on")
         agent.run(stop)
     finally:
         stop.set()
         shipping.join(timeout=5.0)
+        logs.join(timeout=5.0)
+        log_client.close()
         loop_client.close()
         telemetry_client.close()
         gate.close()
+        if watchdog is not None:
+            if any(task.alive for task in runner.tasks.values()):
+                log.warning("leaving the lease watchdog (pid %d) to kill the jobs still running", watchdog.pid)
+            else:
+                stop_watchdog(watchdog)
+                lease_file.clear()
     return 0
 
 

@@ -27,14 +27,43 @@ def signal_group(pgid: int, signum: signal.Signals) -> None:
 
 
 def group_exists(pgid: int) -> bool:
-    """Whether any process of group ``pgid`` is left (one we may not signal counts: it exists)."""
+    """Whether any live process of group ``pgid`` is left (one we may not signal counts: it exists).
+
+    Zombies do not count: a process that has died holds no GPU memory and no file, only a process-table slot until
+    its parent reaps it, and that parent may be an agent that is stopped or an init that never reaps. Without
+    ``/proc`` a group the kernel still knows counts as alive (the safe answer).
+    """
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
+        pass
+    return _live_member(pgid)
+
+
+def _live_member(pgid: int) -> bool:
+    """Whether ``/proc`` shows a process of group ``pgid`` that is not a zombie (True if ``/proc`` cannot say)."""
+    try:
+        entries = [entry for entry in os.scandir("/proc") if entry.name.isdigit()]
+    except OSError:
         return True
-    return True
+    for entry in entries:
+        try:
+            stat = Path(entry.path, "stat").read_text()
+        except OSError:
+            continue  # it exited while we looked
+        fields = stat[stat.rfind(")") + 2 :].split()  # state, ppid, pgrp, ...
+        if len(fields) < 3 or fields[2] != str(pgid):
+            continue
+        if fields[0] not in ("Z", "X"):
+            return True
+        try:  # a zombie leader whose other threads still run is alive
+            if len(os.listdir(Path(entry.path, "task"))) > 1:
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def leader_exited(process: subprocess.Popen[bytes]) -> bool:

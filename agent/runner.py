@@ -1,9 +1,9 @@
 """Job processes on the node: start each task as its own process group, watch it, stop it, read its log.
 
 The runner keeps the tasks and their life cycle; the rest is beside it, one job each: process groups and exit
-detection (:mod:`agent.process_group`), the records that let the next agent stop what this one left running
-(:mod:`agent.pid_records`), the account jobs run as (:mod:`agent.job_user`) and byte-exact log chunks
-(:mod:`agent.task_log`).
+detection (:mod:`agent.process_group`), the records that let the next agent, or this one's lease watchdog, kill
+what this one left running (:mod:`agent.pid_records`), the account jobs run as (:mod:`agent.job_user`) and
+byte-exact log chunks (:mod:`agent.task_log`).
 
 Only the loop thread calls a :class:`Runner`; it is not thread-safe and does not need to be.
 """
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from agent.client import LOG_CHUNK_BYTES, StartOrder, TaskKey, TaskState
 from agent.job_user import JobUser, identity, job_user, own_home
-from agent.pid_records import PidRecords
+from agent.pid_records import KILL_WAIT_SECONDS, PidRecord, PidRecords, Sweep
 from agent.process_group import leader_exited, signal_group
 from agent.task_log import LOG_NAME, LogChunk, read_chunk
 
@@ -47,6 +47,7 @@ class Task:
     forget_pending: bool = False
     log_fd: int | None = None  # the agent's read descriptor of output.log
     signalled: set[int] = field(default_factory=set)  # advisory signals already delivered (each at most once)
+    record: PidRecord | None = None  # its pid record, once written
 
     @property
     def state(self) -> TaskState:
@@ -94,6 +95,10 @@ class Runner:
         self.on_gpus = on_gpus
         self.clock = clock
         self.tasks: dict[TaskKey, Task] = {}
+        #: Records of exited tasks whose group still had a process when the leader was reaped; removed once it is gone.
+        self._lingering: list[PidRecord] = []
+        #: Leaders of dropped tasks not yet reaped (they were SIGKILLed, and are reaped as soon as they are zombies).
+        self._stragglers: list[subprocess.Popen[bytes]] = []
 
     # --- starting ----------------------------------------------------------------------------------------------
     def task_env(self, order: StartOrder, home: str) -> dict[str, str]:
@@ -157,7 +162,7 @@ class Runner:
             log.error("task %s failed to start: %s", key.wire, exc)
             return task
         assert task.process is not None  # started above; a failure to start has returned
-        self.pid_records.write(key, task.process.pid)
+        task.record = self.pid_records.write(key, task.process.pid)
         log.info("started task %s as pid %d on GPUs %s", key.wire, task.pid, list(order.gpus))
         self._notify_gpus(task, busy=True)
         return task
@@ -171,6 +176,7 @@ class Runner:
     # --- watching ----------------------------------------------------------------------------------------------
     def poll(self) -> list[Task]:
         """Reap tasks that exited and escalate terminations past their grace. Returns the tasks that just ended."""
+        self._reap_leftovers()
         ended: list[Task] = []
         now = self.clock()
         for task in list(self.tasks.values()):
@@ -188,23 +194,43 @@ class Runner:
                 self._drop(task)
         return ended
 
+    def _reap_leftovers(self) -> None:
+        self._stragglers = [process for process in self._stragglers if process.poll() is None]
+        lingering = []
+        for record in self._lingering:
+            if record.group_alive():
+                lingering.append(record)
+            else:
+                record.path.unlink(missing_ok=True)
+        self._lingering = lingering
+
     def _finish(self, task: Task) -> None:
         assert task.process is not None
         # The leader is a zombie now, so its pid (= the group id) is still reserved: clean up the rest of the group.
         signal_group(task.process.pid, signal.SIGKILL)
         task.exit_code = task.process.wait()
         task.term_deadline = None
-        self.pid_records.remove(task.key)
+        # The record goes only once the whole group is gone: until then a sweep or the watchdog must still find it.
+        if task.record is not None and task.record.group_alive():
+            self._lingering.append(task.record)
+        else:
+            self.pid_records.remove(task.key)
         log.info("task %s exited with %d", task.key.wire, task.exit_code)
         self._notify_gpus(task, busy=False)
 
     # --- stopping ----------------------------------------------------------------------------------------------
     def kill(self, key: TaskKey, grace: float) -> None:
-        """SIGTERM the task's group now, SIGKILL it once ``grace`` seconds have passed (checked by :meth:`poll`)."""
+        """SIGTERM the task's group now, SIGKILL it once ``grace`` seconds have passed (checked by :meth:`poll`).
+        A grace of 0 (or less) sends SIGKILL at once, without SIGTERM: the job gets no chance to run on."""
         task = self.tasks.get(key)
         if task is None or not task.alive or task.process is None:
             return
-        deadline = self.clock() + max(0.0, grace)
+        if grace <= 0:
+            log.info("killing task %s (SIGKILL, no grace)", key.wire)
+            signal_group(task.process.pid, signal.SIGKILL)
+            task.term_deadline = None
+            return
+        deadline = self.clock() + grace
         if task.term_deadline is None:
             log.info("terminating task %s (grace %.1fs)", key.wire, grace)
             signal_group(task.process.pid, signal.SIGTERM)
@@ -235,12 +261,24 @@ class Runner:
         else:
             self._drop(task)
 
+    def kill_all_now(self) -> None:
+        """SIGKILL every running task's group at once, without SIGTERM and without waiting (see :meth:`kill_orphans`
+        for the wait)."""
+        for task in self.tasks.values():
+            if task.alive and task.process is not None:
+                signal_group(task.process.pid, signal.SIGKILL)
+                task.term_deadline = None
+
     def _drop(self, task: Task) -> None:
         self.tasks.pop(task.key, None)
         _close_log(task)
+        if task.process is not None and task.exit_code is None:
+            self._stragglers.append(task.process)  # reaped by poll once it has died
+            self._notify_gpus(task, busy=False)
 
     def drop_all(self) -> None:
-        """Forget every task (after :meth:`terminate_all`, when the portal has requeued them all)."""
+        """Forget every task (after :meth:`kill_all_now`, when the portal has requeued them all). Their pid records
+        stay until their groups are gone (:meth:`kill_orphans` waits for that)."""
         for task in list(self.tasks.values()):
             self._drop(task)
 
@@ -277,11 +315,12 @@ class Runner:
                 removed += 1
         return removed
 
-    def kill_orphans(self, grace: float) -> int:
-        """Stop jobs a previous agent on this workdir left running (it crashed or was SIGKILLed), as its pid
-        records name them (:class:`~agent.pid_records.PidRecords`). Returns how many process groups were signalled.
-        """
-        return self.pid_records.kill_orphans(grace)
+    def kill_orphans(self, wait: float = KILL_WAIT_SECONDS) -> Sweep:
+        """SIGKILL every process group the pid records name that is not a running task of this runner: jobs a
+        previous agent on this workdir left behind (it crashed or was SIGKILLed) and tasks this runner has dropped.
+        Waits up to ``wait`` seconds for each to be gone (:meth:`~agent.pid_records.PidRecords.kill_orphans`)."""
+        keep = {key for key, task in self.tasks.items() if task.alive}
+        return self.pid_records.kill_orphans(wait=wait, keep=keep, reap=self._reap_leftovers)
 
     def _notify_gpus(self, task: Task, *, busy: bool) -> None:
         if self.on_gpus is not None and task.gpus:

@@ -28,8 +28,17 @@ class LogChunk:
 
 def read_chunk(log_fd: int | None, offset: int, limit: int, *, error: str | None, growing: bool) -> LogChunk:
     """Up to ``limit`` bytes from ``offset`` of the log open as ``log_fd``, or of ``error`` (a task that failed to
-    start has that sentence as its whole log). ``growing``: the task still writes, so the last character may be
-    incomplete."""
+    start has that sentence as its whole log), as text of exactly as many UTF-8 bytes. ``growing``: the task still
+    writes, so the last character may be incomplete."""
+    chunk, size = read_bytes(log_fd, offset, limit, error=error, growing=growing)
+    text = chunk.decode("utf-8", errors="surrogateescape").translate(_SANITISE)
+    return LogChunk(offset=offset, text=text, size=size)
+
+
+def read_bytes(log_fd: int | None, offset: int, limit: int, *, error: str | None, growing: bool) -> tuple[bytes, int]:
+    """Up to ``limit`` raw bytes from ``offset`` of the log (as :func:`read_chunk` reads it), and the size of the
+    whole log. The bytes end on a whole character when the task still writes or the read stopped at ``limit``: a
+    character cut in two would reach the portal as two ``?``. At the end of a finished log they are all sent."""
     if error is not None:
         data = error.encode()
         size, chunk = len(data), data[offset : offset + limit]
@@ -41,8 +50,7 @@ def read_chunk(log_fd: int | None, offset: int, limit: int, *, error: str | None
             size, chunk = 0, b""
     if growing or len(chunk) == limit:
         chunk = _trim_partial_utf8(chunk)
-    text = chunk.decode("utf-8", errors="surrogateescape").translate(_SANITISE)
-    return LogChunk(offset=offset, text=text, size=size)
+    return chunk, size
 
 
 def _trim_partial_utf8(chunk: bytes) -> bytes:

@@ -21,6 +21,9 @@ from cli.errors import CliError
 #: killed it; ``corral logs -f`` stops at "failed" and does not follow that retry.
 TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled"})
 
+#: ``log_state`` values after which no more output will arrive: a follower that has read to the end may stop.
+SETTLED_LOG_STATES = frozenset({"complete", "incomplete"})
+
 #: Seconds to wait for the portal; long enough for a busy portal, short enough that a dead one is reported quickly.
 TIMEOUT = 15.0
 
@@ -49,6 +52,9 @@ class Job(TypedDict):
     finished_at: str | None
     cancel_requested: bool
     env: dict[str, str]
+    log_complete: NotRequired[bool]
+    log_state: NotRequired[str]
+    log_note: NotRequired[str]
 
 
 class JobEvent(TypedDict):
@@ -119,11 +125,13 @@ class TenantOverview(TypedDict):
 
 @dataclass(frozen=True, slots=True)
 class LogChunk:
-    """Bytes of a job's log from some offset, where to ask next, and the job's state when the chunk was read."""
+    """Bytes of a job's log from some offset, where to ask next, and the job's state and its output's (``log_state``:
+    live, arriving, complete, incomplete) when the chunk was read; None from a portal that does not say."""
 
     data: bytes
     next_offset: int
     job_state: str | None
+    log_state: str | None = None
 
 
 class Client:
@@ -227,7 +235,12 @@ class Client:
             next_offset = int(header) if header is not None else offset + len(response.content)
         except ValueError as exc:
             raise CliError(f"the portal at {self.url} sent a bad X-Log-Offset header: {header!r}") from exc
-        return LogChunk(data=response.content, next_offset=next_offset, job_state=response.headers.get("X-Job-State"))
+        return LogChunk(
+            data=response.content,
+            next_offset=next_offset,
+            job_state=response.headers.get("X-Job-State"),
+            log_state=response.headers.get("X-Log-State"),
+        )
 
     def history_trace(self, since: str | None = None, until: str | None = None) -> bytes:
         """The cluster's finished jobs as CSV in the simulator's trace schema (admins only)."""

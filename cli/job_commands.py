@@ -14,7 +14,7 @@ from typing import Annotated, TypeVar
 import typer
 
 from cli import render
-from cli.api import TERMINAL_STATES
+from cli.api import SETTLED_LOG_STATES, TERMINAL_STATES, Job, LogChunk
 from cli.command_base import JsonFlag, friendly, portal_client
 from cli.errors import CliError
 from cli.job_spec import command_string, derive_name, parse_env, parse_time_limit
@@ -119,13 +119,18 @@ def show(job_id: Annotated[int, typer.Argument(metavar="ID", help="Job id.")], a
 def logs(
     job_id: Annotated[int, typer.Argument(metavar="ID", help="Job id.")],
     follow: Annotated[
-        bool, typer.Option("--follow", "-f", help="Keep printing new output until the job ends.")
+        bool,
+        typer.Option("--follow", "-f", help="Keep printing new output until the job ends and all of it has arrived."),
     ] = False,
     interval: Annotated[float, typer.Option(min=0.1, help="Seconds between polls with --follow.")] = 1.0,
 ) -> None:
-    """Print a job's output (stdout and stderr together); with -f, follow it until the job finishes."""
+    """Print a job's output (stdout and stderr together); with -f, follow it until the job has finished and its
+    nodes have sent all of it. Output a finished job printed last may still be on its way: then a note on stderr
+    says so ("output still arriving")."""
+    job: Job | None = None
     with portal_client() as client:
         patient = functools.partial(_patiently, enabled=follow, interval=interval)
+        get_job = functools.partial(client.get_job, job_id)
         offset = 0
         while True:
             chunk = patient(functools.partial(client.job_log, job_id, offset))
@@ -134,17 +139,29 @@ def logs(
             progressed, offset = chunk.next_offset > offset, chunk.next_offset
             if progressed:
                 continue  # the server may cap a chunk; ask again at once until the log is drained
-            if not follow:
-                return
-            job_state = chunk.job_state or patient(functools.partial(client.get_job, job_id))["state"]
-            if job_state in TERMINAL_STATES:
+            if not follow or _settled(chunk, lambda: patient(get_job)):
                 break
             time.sleep(interval)
-        job = patient(functools.partial(client.get_job, job_id))
-    ended = f"job {job_id} {job['state']}"
-    if job.get("exit_code") is not None:
-        ended += f" (exit code {job['exit_code']})"
-    typer.echo(ended, err=True)  # stderr, so `corral logs -f 12 > out.txt` captures only the job's output
+        if follow or chunk.log_state in ("arriving", "incomplete"):
+            job = patient(get_job)
+    # stderr, so `corral logs -f 12 > out.txt` captures only the job's output
+    if follow and job is not None:
+        ended = f"job {job_id} {job['state']}"
+        if job.get("exit_code") is not None:
+            ended += f" (exit code {job['exit_code']})"
+        typer.echo(ended, err=True)
+    note = job.get("log_note", "") if job is not None else ""
+    if note:
+        still = job is not None and job.get("log_state") == "arriving"
+        typer.echo(note + (f" `corral logs -f {job_id}` prints the rest as it lands." if still else ""), err=True)
+
+
+def _settled(chunk: LogChunk, get_job: Callable[[], Job]) -> bool:
+    """Whether a follower that has read everything so far may stop: the job has finished and no more of its output
+    is on its way (a portal that does not say so is asked for the job's state: finished means done)."""
+    if chunk.log_state is not None:
+        return chunk.log_state in SETTLED_LOG_STATES
+    return (chunk.job_state or get_job()["state"]) in TERMINAL_STATES
 
 
 def _patiently(call: Callable[[], R], *, enabled: bool, interval: float) -> R:

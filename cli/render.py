@@ -107,6 +107,8 @@ def job_detail(job: Job, events: Sequence[JobEvent]) -> list[RenderableType]:
         rows.append(("Attempt", str(job["attempt"])))
     if job.get("exit_code") is not None:
         rows.append(("Exit code", str(job["exit_code"])))
+    if job.get("log_note"):
+        rows.append(("Output", job.get("log_note", "")))  # "Output still arriving: ..." or "may be incomplete"
     for label, when in (
         ("Submitted", job.get("submitted_at")),
         ("Started", job.get("started_at")),

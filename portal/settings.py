@@ -2,12 +2,14 @@
 
 Development defaults need nothing installed: SQLite under ``var/`` and Kombu's filesystem broker. Setting
 ``DATABASE_URL`` / ``REDIS_URL`` switches to PostgreSQL / Redis. ``CORRAL_PRODUCTION=1`` makes the secret key,
-PostgreSQL and Redis mandatory and turns off debug, so a forgotten variable fails at start-up, not at 3 a.m.
+PostgreSQL and Redis mandatory and refuses debug, so a forgotten variable fails at start-up, not at 3 a.m.
+Debug is off unless ``DEBUG=1`` asks for it, the demo included: its pages list every URL and setting to anyone.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import ipaddress
 from pathlib import Path
 
 import environ
@@ -31,8 +33,15 @@ if PRODUCTION:
         raise ImproperlyConfigured("CORRAL_PRODUCTION=1 requires a PostgreSQL DATABASE_URL")
 
 SECRET_KEY = env.str("SECRET_KEY", default="corral-development-only-not-secret")
-DEBUG = env.bool("DEBUG", default=not PRODUCTION)
-ALLOWED_HOSTS: list[str] = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "testserver", "[::1]"])
+DEBUG = env.bool("DEBUG", default=False)
+if PRODUCTION and DEBUG:
+    raise ImproperlyConfigured(
+        "DEBUG=1 cannot be combined with CORRAL_PRODUCTION=1: debug pages show code and settings"
+    )
+# "testserver" is Django's test client; pytest-django allows it by itself, so production need not.
+ALLOWED_HOSTS: list[str] = env.list(
+    "ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]", *([] if PRODUCTION else ["testserver"])]
+)
 CSRF_TRUSTED_ORIGINS: list[str] = env.list("CSRF_TRUSTED_ORIGINS", default=[])
 
 INSTALLED_APPS = [
@@ -61,6 +70,9 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    # Before anything reads the URL or the body (CSRF reads form bodies): see portal/web/middleware.py.
+    "portal.web.middleware.RejectNulMiddleware",
+    "portal.web.middleware.BodyLimitMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -144,9 +156,28 @@ LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "job-list"
 LOGOUT_REDIRECT_URL = "login"
 
-if PRODUCTION:
-    SESSION_COOKIE_SECURE = env.bool("SESSION_COOKIE_SECURE", default=True)
-    CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", default=True)
+# --- HTTPS (docs/operations.md, "Production: docker compose") -------------------------------------------------
+# Cookies are Secure in production. The redirect and HSTS are off unless asked for: agents and Prometheus often reach
+# the portal over plain http inside the cluster, and a redirect would break them. `manage.py check --deploy` is quiet
+# once a TLS site sets them.
+SESSION_COOKIE_SECURE = env.bool("SESSION_COOKIE_SECURE", default=PRODUCTION)
+CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", default=PRODUCTION)
+SECURE_SSL_REDIRECT = env.bool("CORRAL_SECURE_SSL_REDIRECT", default=False)
+SECURE_HSTS_SECONDS = env.int("CORRAL_HSTS_SECONDS", default=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("CORRAL_HSTS_INCLUDE_SUBDOMAINS", default=False)
+SECURE_HSTS_PRELOAD = env.bool("CORRAL_HSTS_PRELOAD", default=False)
+
+
+def _proxy_ssl_header(spec: str) -> tuple[str, str] | None:
+    """``X-Forwarded-Proto`` (value ``https``) or ``X-Forwarded-Ssl=on`` as Django's ``("HTTP_X_…", value)``."""
+    if not spec.strip():
+        return None
+    name, _, value = spec.partition("=")
+    return "HTTP_" + name.strip().upper().replace("-", "_"), value.strip() or "https"
+
+
+# The header a TLS-terminating proxy sets (and strips from clients) to say the request came over https.
+SECURE_PROXY_SSL_HEADER = _proxy_ssl_header(env.str("CORRAL_SECURE_PROXY_SSL_HEADER", default=""))
 
 # --- REST API ------------------------------------------------------------------------------------------------
 REST_FRAMEWORK = {
@@ -157,6 +188,12 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
+    # DRF's three, with a JSON parser that refuses absurd nesting (a 400, not a RecursionError's 500).
+    "DEFAULT_PARSER_CLASSES": [
+        "portal.api.parsers.JSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "PAGE_SIZE": 50,
     # drf-spectacular's, plus the error answers every operation shares (400, 401, 403, 404, 415), in one place.
     "DEFAULT_SCHEMA_CLASS": "portal.api.schema.CorralAutoSchema",
@@ -231,8 +268,16 @@ CORRAL_MAX_HARDWARE_RETRIES: int = env.int("CORRAL_MAX_HARDWARE_RETRIES", defaul
 CORRAL_XID_EXIT_WINDOW: float = env.float("CORRAL_XID_EXIT_WINDOW", default=30.0)
 #: Days raw telemetry samples are kept (1-minute rollups 30 days, 1-hour rollups 400; docs/telemetry.md).
 CORRAL_SAMPLE_RETENTION_DAYS: float = env.float("CORRAL_SAMPLE_RETENTION_DAYS", default=7)
-#: When set, GET /metrics requires "Authorization: Bearer <token>" (Prometheus: authorization.credentials).
+#: Who may scrape GET /metrics (portal/metrics/views.py): a caller with "Authorization: Bearer <token>"
+#: (Prometheus: authorization.credentials), or one from an allowed network (CIDRs, by the connection's address).
+#: Neither set: open outside production, refused in production (it names every tenant and job).
 CORRAL_METRICS_TOKEN: str = env.str("CORRAL_METRICS_TOKEN", default="")
+CORRAL_METRICS_ALLOW_FROM: list[str] = env.list("CORRAL_METRICS_ALLOW_FROM", default=[])
+for _network in CORRAL_METRICS_ALLOW_FROM:
+    try:
+        ipaddress.ip_network(_network, strict=False)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"CORRAL_METRICS_ALLOW_FROM: {exc}") from None
 #: The longest job time limit (seconds) a soft-cordoned GPU still takes: a GPU predicted to fail runs only jobs that
 #: will be over soon. Jobs without a time limit count as long. 0: cordoned GPUs take no new jobs at all.
 CORRAL_CORDON_MAX_TIME_LIMIT: int = env.int("CORRAL_CORDON_MAX_TIME_LIMIT", default=7200)

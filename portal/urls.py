@@ -12,7 +12,7 @@ from portal.api.token import TokenView
 from portal.dashboards import api as dashboards_api
 from portal.jobs import api as jobs_api
 from portal.jobs import history_api
-from portal.nodes import agent_api
+from portal.nodes import agent_api, log_api
 from portal.nodes import api as nodes_api
 from portal.telemetry import api as telemetry_api
 from portal.tenants import api as tenants_api
@@ -29,6 +29,7 @@ api_patterns: list[URLPattern | URLResolver] = [
     path("agent/register/", agent_api.RegisterView.as_view(), name="agent-register"),
     path("agent/heartbeat/", agent_api.HeartbeatView.as_view(), name="agent-heartbeat"),
     path("agent/samples/", agent_api.SamplesView.as_view(), name="agent-samples"),
+    path("agent/logs/", log_api.LogChunkView.as_view(), name="agent-logs"),
     path("history/trace/", history_api.HistoryTraceView.as_view(), name="history-trace"),
     path("usage/", dashboards_api.UsageView.as_view(), name="usage"),
     path("tenants/", tenants_api.TenantListView.as_view(), name="tenant-list-api"),

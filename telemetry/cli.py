@@ -154,8 +154,25 @@ def _print_report(data: dict[str, object]) -> None:
     met = "met" if data["target_met_on_training_part"] else "NOT met"
     console.print(
         f"threshold {data['threshold']:.4g} (target precision {data['target_precision']} {met} on the training "
-        f"part); {data['folds']} sliding-window fits, training {data['train_seconds']} s"
+        f"part); {data['folds']} sliding-window fits, training {data['train_seconds']} s",
+        soft_wrap=True,
     )
+    period = data["sampling_period_s"]
+    assert isinstance(period, float)
+    console.print(
+        f"sampling period {_span(period)} (median gap between a GPU's rows): windows, horizon and retraining are "
+        f"spans of time; persistence {data['persist_rows']} rows ({data['persist_hours']:g} h)",
+        soft_wrap=True,
+    )
+    if data["nothing_to_measure"]:
+        console.print(str(data["nothing_to_measure"]), soft_wrap=True)
+
+
+def _span(seconds: float) -> str:
+    for unit, size in (("h", 3600), ("min", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g} {unit}"
+    return f"{seconds:g} s"
 
 
 def _cell(value: object) -> str:

@@ -18,6 +18,7 @@ from rest_framework.response import Response
 from portal.api.renderers import PlainTextRenderer
 from portal.api.serializers import ErrorSerializer
 from portal.jobs.filters import JobFilter
+from portal.jobs.logs import job_output_progress
 from portal.jobs.models import Job
 from portal.jobs.selectors import job_list, job_log_read, jobs_with_placement
 from portal.jobs.serializers import JobEventSerializer, JobSerializer, JobSubmitSerializer
@@ -87,15 +88,19 @@ class JobViewSet(
     )
     @action(detail=True, methods=["get"], renderer_classes=[JSONRenderer, PlainTextRenderer])
     def log(self, request: Request, pk: str | None = None) -> HttpResponse:
-        """Output so far from character ``offset``. Follow a job by passing back the ``X-Log-Offset`` header."""
+        """Output so far from character ``offset``. Follow a job by passing back the ``X-Log-Offset`` header while
+        ``X-Log-State`` (the job's ``log_state``) is ``live`` or ``arriving``: output printed before the job ended
+        may still be on its way from a node."""
         offset_field = serializers.IntegerField(min_value=0, required=False)
         try:
             offset = offset_field.run_validation(request.query_params.get("offset", 0))
         except serializers.ValidationError as exc:
             raise serializers.ValidationError({"offset": exc.detail}) from exc
         job = self.get_object()
+        progress = job_output_progress(job=job)  # before the read, so "complete" covers everything read below
         text, next_offset = job_log_read(job=job, offset=offset)
         response = HttpResponse(text, content_type="text/plain; charset=utf-8")
         response["X-Log-Offset"] = str(next_offset)
         response["X-Job-State"] = job.state
+        response["X-Log-State"] = progress.state.value
         return response

@@ -1,7 +1,16 @@
 """The GPU ledger: which attempt of which job holds which GPU. Rows are written here and nowhere else.
 
-An ``Allocation`` row per GPU and a ``JobTask`` per node of the gang are created when a job starts; a task's
-allocations are released once its process is known to be gone. The database backs the ledger up: a partial
+An ``Allocation`` row per GPU and a ``JobTask`` per node of the gang are created when a job starts. A task's
+allocations are released only once its processes are *confirmed* gone, never when the portal merely decides the
+task is over (a cancel, a time limit, a preemption, a lost node). There are exactly three confirmations:
+
+- the node's agent reports the task's process group exited, or no longer runs it (:func:`release_task_gpus`);
+- the node's agent registers again with a clean slate: it killed what it ran and saw it gone
+  (:func:`release_lost_tasks_gpus`);
+- an admin declares the node's lost tasks dead (the same function, called by the admin's service).
+
+Until then the GPUs are *stopping* (or *fenced*, on a node that is down): not free, and still counted against
+their tenant's cap (``portal.jobs.selectors.stopping_allocations``). The database backs the ledger up: a partial
 unique index (``jobs_allocation_one_active_per_gpu``) makes a second active allocation of a GPU impossible.
 Callers hold the job's row lock; a scheduling round also holds the scheduler lease (``portal.jobs.lease``).
 """
@@ -11,9 +20,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from portal.jobs.models import Allocation, Job, JobTask
+from portal.jobs.models import Allocation, Job, JobTask, TaskState
 from portal.nodes.models import Node
 
 
@@ -48,7 +58,25 @@ def allocate(job: Job, ranks: Sequence[RankPlacement]) -> None:
 
 
 def release_task_gpus(task: JobTask) -> None:
-    """Free the GPUs a task held, once its process is known to be gone."""
+    """Free the GPUs a task held: its agent has reported the process group exited, or that it no longer runs it."""
     Allocation.objects.filter(
         job_id=task.job_id, attempt=task.attempt, node_id=task.node_id, released_at__isnull=True
     ).update(released_at=timezone.now())
+
+
+def release_lost_tasks_gpus(node: Node) -> int:
+    """Free the GPUs still held by the *lost* tasks of ``node`` (fenced: their node went down or their agent
+    restarted before they could report an exit), once it is confirmed that none of their processes lives: the
+    node's agent re-registered with a clean slate, or an admin said so. Returns how many GPUs it freed.
+
+    Only lost tasks' rows are touched, never those of a task assigned meanwhile by a round that ran concurrently.
+    Precondition: the caller holds ``node``'s row lock.
+    """
+    lost = JobTask.objects.filter(
+        job_id=OuterRef("job_id"), attempt=OuterRef("attempt"), node_id=node.pk, state=TaskState.LOST
+    )
+    return (
+        Allocation.objects.filter(node_id=node.pk, released_at__isnull=True)
+        .filter(Exists(lost))
+        .update(released_at=timezone.now())
+    )

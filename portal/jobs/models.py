@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
 
 from scheduling.core.states import TERMINAL, JobState
 
@@ -181,6 +181,12 @@ class Allocation(models.Model):
             models.UniqueConstraint(
                 fields=["gpu"], condition=Q(released_at__isnull=True), name="%(app_label)s_%(class)s_one_active_per_gpu"
             ),
+            # One attempt holds a GPU once; and a GPU is released after it was given (issue #15's invariants).
+            models.UniqueConstraint(fields=["job", "attempt", "gpu"], name="%(app_label)s_%(class)s_once_per_attempt"),
+            models.CheckConstraint(
+                condition=Q(released_at__isnull=True) | Q(released_at__gte=F("created_at")),
+                name="%(app_label)s_%(class)s_released_after_created",
+            ),
         ]
         # Fair share reads the allocations held now or released within its memory every round (tenant_usage).
         indexes = [models.Index(fields=["released_at"], name="jobs_allocation_released")]
@@ -213,6 +219,12 @@ class JobTask(models.Model):
     )
     checkpoint_signalled_at = models.DateTimeField(null=True, blank=True)
     log_received = models.PositiveBigIntegerField(default=0, help_text="Bytes of the agent's log file received.")
+    log_final_size = models.PositiveBigIntegerField(
+        null=True,
+        blank=True,
+        help_text="Bytes in the agent's log file when it reported the task's end; the output is whole once "
+        "log_received reaches it (empty: no end reported).",
+    )
     forgotten = models.BooleanField(default=False, help_text="The agent was told it may drop this task.")
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -223,6 +235,12 @@ class JobTask(models.Model):
         constraints = [
             models.UniqueConstraint(
                 fields=["job", "attempt", "rank"], name="%(app_label)s_%(class)s_unique_job_attempt_rank"
+            ),
+            models.CheckConstraint(condition=Q(state__in=TaskState.values), name="%(app_label)s_%(class)s_state_valid"),
+            # A task that is over says when: the ledger frees its GPUs only for such a task (or an admin's word).
+            models.CheckConstraint(
+                condition=~Q(state__in=[TaskState.EXITED, TaskState.LOST]) | Q(finished_at__isnull=False),
+                name="%(app_label)s_%(class)s_finished_has_time",
             ),
         ]
 

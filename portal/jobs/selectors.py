@@ -9,9 +9,10 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from django.conf import settings
-from django.db.models import Prefetch, Q, QuerySet
+from django.db.models import Count, Exists, F, OuterRef, Prefetch, Q, QuerySet
 
 from portal.jobs.models import Allocation, Job, JobLogChunk, JobTask, executed_seconds
+from portal.nodes.models import NodeState
 from scheduling.core.durations import format_duration
 from scheduling.core.forecast import StartOutlook
 from scheduling.core.states import JobState
@@ -259,6 +260,72 @@ def jobs_held_gpus(*, job_ids: list[int]) -> list[tuple[int, str, int]]:
             "job_id", "node__name", "gpu_id"
         )
     )
+
+
+# -- the fence: GPUs of attempts that are over, held until their processes are confirmed gone ------------------------
+def stopping_allocations() -> QuerySet[Allocation]:
+    """Allocations still held by an attempt that is over: the job is no longer running, or runs a later attempt.
+
+    The one definition of a *stopping* (or, on a node that is down, *fenced*) GPU. Such a GPU is not free (its row
+    is active), and it still counts against its tenant's cap and guarantee, until the agent that ran the task reports
+    the process group gone, the node re-registers with a clean slate, or an admin releases it
+    (``portal.jobs.ledger``)."""
+    return Allocation.objects.filter(released_at__isnull=True).exclude(
+        job__state=JobState.RUNNING.value, attempt=F("job__attempt")
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class StoppingHold:
+    """GPUs of one user's attempts that are over, on nodes in one state (``fenced``: the node is down)."""
+
+    tenant: str
+    user: str
+    fenced: bool
+    gpus: int
+
+
+def stopping_holds() -> list[StoppingHold]:
+    """GPUs held by attempts that are over, per tenant, user and whether their node is down: what the scheduler
+    counts against caps besides the running jobs, and what pending jobs are told is being freed. One query."""
+    rows = (
+        stopping_allocations()
+        .values("job__tenant__slug", "job__user__username", "node__state")
+        .annotate(n=Count("pk"))
+        .values_list("job__tenant__slug", "job__user__username", "node__state", "n")
+    )
+    return [StoppingHold(tenant, user, state == NodeState.DOWN, n) for tenant, user, state, n in rows]
+
+
+def fenced_allocations() -> QuerySet[Allocation]:
+    """Allocations of *lost* tasks still held: their node went down or their agent restarted, and nobody has yet
+    confirmed that their processes are gone. A node with such rows shows as *fenced*."""
+    lost = JobTask.objects.filter(
+        job_id=OuterRef("job_id"), attempt=OuterRef("attempt"), node_id=OuterRef("node_id"), state="lost"
+    )
+    return Allocation.objects.filter(released_at__isnull=True).filter(Exists(lost))
+
+
+def job_stopping_gpus(*, job: Job) -> list[str]:
+    """The GPUs ``job``'s attempts that are over still hold, as "node GPU index" labels in node and index order:
+    what its page shows while the job is *stopping* (empty once every process is confirmed gone). One query."""
+    rows = (
+        stopping_allocations()
+        .filter(job=job)
+        .order_by("node__name", "gpu__index")
+        .values_list("node__name", "gpu__index")
+    )
+    return [f"{node} GPU {index}" for node, index in rows]
+
+
+def jobs_awaiting_previous_attempt(*, job_ids: list[int] | None = None) -> set[int]:
+    """Jobs not running whose earlier attempt still holds GPUs on a node that is not down: a rank of it may still
+    be alive, so the job must not start again yet (it would run twice). A rank on a node that is down is fenced
+    instead: that node gets no work until its agent re-registers having killed what it ran. One query."""
+    rows = stopping_allocations().exclude(node__state=NodeState.DOWN).exclude(job__state=JobState.RUNNING.value)
+    if job_ids is not None:
+        rows = rows.filter(job_id__in=job_ids)
+    return set(rows.values_list("job_id", flat=True).distinct())
 
 
 def jobs_finished_since(*, watermark: tuple[datetime, int] | None, limit: int) -> list[Job]:

@@ -8,6 +8,7 @@ from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from portal.jobs.logs import OutputProgress, OutputState, job_output_progress
 from portal.jobs.models import MAX_TIME_LIMIT, Job, JobEvent, JobTask
 from portal.jobs.selectors import StartEstimate, job_start_estimate
 from portal.tenants.models import Tenant
@@ -72,6 +73,20 @@ class JobSerializer(serializers.ModelSerializer[Job]):
     node = serializers.SerializerMethodField()
     nodes = serializers.SerializerMethodField()
     gpu_indices = serializers.SerializerMethodField()
+    log_complete = serializers.SerializerMethodField(
+        help_text="True once the portal holds the job's whole output: the job has finished and the last chunk of "
+        "every task's log has landed. False while it runs, while output is still arriving, and when a lost node's "
+        "output may be missing (see log_state)."
+    )
+    log_state = serializers.SerializerMethodField(
+        help_text="live (the job runs), arriving (it has finished, output is still on its way), complete, or "
+        "incomplete (finished; a lost node's output may be missing and will not come). Follow the log while live "
+        "or arriving."
+    )
+    log_note = serializers.SerializerMethodField(
+        help_text='What the log is waiting for, in words ("Output still arriving: rank 0 on gpu-07 has sent '
+        '12.0 MiB of 50.0 MiB."); empty when there is nothing to say.'
+    )
 
     class Meta:
         model = Job
@@ -95,6 +110,9 @@ class JobSerializer(serializers.ModelSerializer[Job]):
             "hardware_retries",
             "time_limit",
             "start_estimate",
+            "log_complete",
+            "log_state",
+            "log_note",
             "submitted_at",
             "started_at",
             "finished_at",
@@ -112,6 +130,26 @@ class JobSerializer(serializers.ModelSerializer[Job]):
     def get_start_estimate(self, job: Job) -> dict[str, Any] | None:
         estimate = job_start_estimate(job=job, now=timezone.now())
         return None if estimate is None else dict(StartEstimateSerializer(estimate).data)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._outputs: dict[int, OutputProgress] = {}
+
+    def _output(self, job: Job) -> OutputProgress:
+        # The three log fields from one computation, over the prefetched tasks: no query per job on a list page.
+        if job.pk not in self._outputs:
+            self._outputs[job.pk] = job_output_progress(job=job, tasks=list(job.tasks.all()))
+        return self._outputs[job.pk]
+
+    def get_log_complete(self, job: Job) -> bool:
+        return self._output(job).complete
+
+    @extend_schema_field(serializers.ChoiceField(choices=[state.value for state in OutputState]))
+    def get_log_state(self, job: Job) -> str:
+        return self._output(job).state.value
+
+    def get_log_note(self, job: Job) -> str:
+        return self._output(job).text
 
     def get_cancel_requested(self, job: Job) -> bool:
         return job.cancel_requested_at is not None

@@ -26,6 +26,7 @@ from portal.jobs.models import (
     JobTask,
     TaskState,
 )
+from portal.jobs.selectors import jobs_awaiting_previous_attempt
 from portal.jobs.validation import check_fits, membership, resolve_tenant, validate_spec
 from portal.jobs.waiting import jobs_set_wait_reasons
 from portal.queue import SCHEDULE_ROUND, enqueue_on_commit
@@ -254,13 +255,19 @@ def job_requeue(job: Job, *, actor: str, reason: str, hardware: bool, kind: Even
 def job_start(*, job_id: int, ranks: Sequence[RankPlacement], actor: str) -> bool:
     """Start pending job ``job_id`` on ``ranks`` (one per node of its gang): a new attempt, its GPUs allocated in
     the ledger, one task per node, a ``started`` event naming where. Returns False, leaving the job pending, when it
-    is no longer pending (cancelled since the round read it) or a GPU is still held (a preempted job whose process
-    has not exited yet): then it waits with that reason, and the rest of the round still applies.
+    is no longer pending (cancelled since the round read it), when a rank of its previous attempt may still be
+    alive on a node that is up, or when a GPU is still held (a preempted job whose process has not exited yet):
+    then it waits with that reason, and the rest of the round still applies.
 
     Precondition: inside the round's transaction, holding the scheduler lease.
     """
     job = Job.objects.select_for_update().filter(pk=job_id, state=JobState.PENDING.value).first()
     if job is None:
+        return False
+    if jobs_awaiting_previous_attempt(job_ids=[job.pk]):
+        # Checked again under the row lock the heartbeat takes to free the GPUs: a job never runs twice at once.
+        code = WaitReason.PREVIOUS_ATTEMPT_STOPPING
+        jobs_set_wait_reasons(reasons={job.pk: (code, "")})
         return False
     ordered = gang_order(ranks)
     try:
@@ -301,8 +308,9 @@ def job_task_exited(*, task: JobTask, exit_code: int | None, actor: str) -> None
     task has exited; any other non-zero exit → failed at once, and the remaining tasks are told to stop — unless a
     fatal XID hit one of the attempt's GPUs within ``CORRAL_XID_EXIT_WINDOW`` of now: then the hardware killed the
     process, and the job is requeued as a hardware retry instead (bounded by ``CORRAL_MAX_HARDWARE_RETRIES``; the
-    event names the XID). Reports of older attempts only free GPUs. Precondition: the caller holds the job's row
-    lock. Ref: #4 (the XID that arrives *after* the exit is handled by ``job_reopen_after_hardware_fault``).
+    event names the XID). Reports of older attempts (or of a job no longer running) only free GPUs and ask for a
+    round. Precondition: the caller holds the job's row lock. Ref: #4 (the XID that arrives *after* the exit is
+    handled by ``job_reopen_after_hardware_fault``).
     """
     task.state = TaskState.EXITED
     task.exit_code = exit_code
@@ -311,6 +319,7 @@ def job_task_exited(*, task: JobTask, exit_code: int | None, actor: str) -> None
     release_task_gpus(task)
     job = task.job
     if task.attempt != job.attempt or job.state != JobState.RUNNING.value:
+        _kick_scheduler()  # a stopping attempt freed GPUs: its job, or another, may be waiting for them
         return
     siblings = list(JobTask.objects.filter(job=job, attempt=job.attempt))
     all_done = all(t.state in (TaskState.EXITED, TaskState.LOST) for t in siblings)

@@ -16,6 +16,7 @@ from django.views.decorators.http import require_POST
 from portal.errors import ServiceError
 from portal.jobs.filters import JobFilter
 from portal.jobs.forms import JobSubmitForm
+from portal.jobs.logs import job_output_progress
 from portal.jobs.models import Job
 from portal.jobs.selectors import (
     START_ESTIMATE_BASIS,
@@ -23,6 +24,7 @@ from portal.jobs.selectors import (
     job_list,
     job_log_read,
     job_start_estimate,
+    job_stopping_gpus,
     job_time_limit,
     jobs_with_placement,
 )
@@ -88,6 +90,7 @@ def _job_context(job: Job) -> dict[str, object]:
         "time_limit": job_time_limit(job=job, now=now),
         "start_estimate": job_start_estimate(job=job, now=now),
         "start_estimate_basis": START_ESTIMATE_BASIS,
+        "stopping_gpus": job_stopping_gpus(job=job),
     }
 
 
@@ -97,25 +100,27 @@ def job_detail_view(request: HttpRequest, job_id: int) -> HttpResponse:
     context = _job_context(job)
     if is_htmx(request):
         return render(request, "jobs/partials/_job_status.html", context)
+    output = job_output_progress(job=job)
     text, offset = job_log_read(job=job, offset=0, limit=LOG_PAGE_CHARS)
-    context.update({"log_text": text, "log_offset": offset})
+    context.update({"log_text": text, "log_offset": offset, "output": output})
     return render(request, "jobs/job_detail.html", context)
 
 
 @login_required
 def job_log_view(request: HttpRequest, job_id: int) -> HttpResponse:
-    """New output since ``offset``, appended to the page's log by htmx; polling stops once the job is finished
-    and everything is shown."""
+    """New output since ``offset``, appended to the page's log by htmx, with what the log still waits for; polling
+    stops once the job is finished, its output has all arrived (or never will: a lost node) and all of it is shown."""
     job = _visible_job(request, job_id)
     try:
         offset = max(0, int(request.GET.get("offset", "0")))
     except ValueError:
         offset = 0
+    output = job_output_progress(job=job)
+    job.refresh_from_db(fields=["log_size"])  # read after the progress: once it is settled, this size is final
     text, next_offset = job_log_read(job=job, offset=offset, limit=LOG_PAGE_CHARS)
-    done = job.is_terminal and next_offset >= job.log_size
-    return render(
-        request, "jobs/partials/_log_tail.html", {"job": job, "log_text": text, "log_offset": next_offset, "done": done}
-    )
+    context = {"job": job, "log_text": text, "log_offset": next_offset, "output": output}
+    context["done"] = output.settled and next_offset >= job.log_size
+    return render(request, "jobs/partials/_log_tail.html", context)
 
 
 @login_required

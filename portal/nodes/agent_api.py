@@ -7,11 +7,11 @@ from typing import cast
 
 from django.conf import settings
 from drf_spectacular.utils import OpenApiResponse, extend_schema
-from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from portal.api.parsers import JSONParser
 from portal.api.serializers import ErrorSerializer, ValidationErrorSerializer
 from portal.nodes.auth import IsNodeAgent, NodeTokenAuthentication
 from portal.nodes.models import Node
@@ -21,7 +21,14 @@ from portal.nodes.serializers import (
     RegisterReplySerializer,
     RegisterSerializer,
 )
-from portal.nodes.services import GpuReport, TaskReport, node_heartbeat, node_register
+from portal.nodes.services import (
+    GpuReport,
+    NodeFenced,
+    TaskReport,
+    node_heartbeat,
+    node_lease_seconds,
+    node_register,
+)
 from portal.telemetry.batch import parse_batch
 from portal.telemetry.serializers import IngestResultSerializer, TelemetryBatchSerializer
 from portal.telemetry.services.ingest import telemetry_ingest
@@ -61,12 +68,14 @@ class RegisterView(AgentView):
             address=data["address"] or request.META.get("REMOTE_ADDR", ""),
             agent_version=data["agent_version"],
             gpus=[GpuReport(**g) for g in data["gpus"]],
+            clean=data["clean"],
         )
         return Response(
             {
                 "node": node.name,
                 "heartbeat_interval": settings.CORRAL_HEARTBEAT_INTERVAL,
                 "sample_interval": settings.CORRAL_SAMPLE_INTERVAL,
+                "lease_seconds": node_lease_seconds(),
             }
         )
 
@@ -79,7 +88,10 @@ class HeartbeatView(AgentView):
             200: HeartbeatReplySerializer,
             409: OpenApiResponse(
                 ErrorSerializer,
-                description='`{"detail": "register again"}`: the node has never registered. Register, then heartbeat.',
+                description=(
+                    '`{"detail": "register again"}`: the node has never registered, or the portal has marked it down '
+                    "(its tasks were requeued, its GPUs fenced). Kill every task at once, register, then heartbeat."
+                ),
             ),
         },
     )
@@ -89,7 +101,10 @@ class HeartbeatView(AgentView):
         node = cast(Node, request.auth)
         if node.registered_at is None:
             return Response({"detail": "register again"}, status=409)
-        reply = node_heartbeat(node=node, reports=[TaskReport(**t) for t in body.validated_data["tasks"]])
+        try:
+            reply = node_heartbeat(node=node, reports=[TaskReport(**t) for t in body.validated_data["tasks"]])
+        except NodeFenced:
+            return Response({"detail": "register again"}, status=409)
         return Response(
             {
                 "start": reply.start,

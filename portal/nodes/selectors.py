@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 from django.db.models import QuerySet
 
 from portal.jobs.models import Allocation
+from portal.jobs.selectors import fenced_allocations, stopping_allocations
 from portal.nodes.models import Gpu, Node, NodeState
 
 
@@ -21,12 +23,25 @@ def present_gpu_count() -> int:
     return Gpu.objects.filter(present=True).count()
 
 
+def stopping_gpu_ids() -> set[int]:
+    """GPUs held by attempts that are over (their processes are stopping, or their node is fenced). One query."""
+    return set(stopping_allocations().values_list("gpu_id", flat=True))
+
+
+def fenced_gpu_counts() -> Counter[int]:
+    """Node id -> GPUs its lost tasks still hold: a node with any is *fenced* until its agent registers again having
+    killed what it ran, or an admin releases them. One query."""
+    return Counter(fenced_allocations().values_list("node_id", flat=True))
+
+
 @dataclass(frozen=True, slots=True)
 class NodeRow:
-    """One node of the node list: its present GPUs in index order, each with the job holding it (or None)."""
+    """One node of the node list: its present GPUs in index order, each with the job holding it (or None) and
+    whether that job's processes are stopping; ``fenced`` counts GPUs held by its lost tasks."""
 
     node: Node
-    gpus: list[tuple[Gpu, int | None]]
+    gpus: list[tuple[Gpu, int | None, bool]]
+    fenced: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,11 +52,19 @@ class NodeList:
 
 
 def node_list() -> NodeList:
-    """Every node with its GPUs and their holders, and the cluster's GPU counts. Three queries."""
+    """Every node with its GPUs and their holders, and the cluster's GPU counts. Five queries."""
     busy = gpu_holders()
+    stopping = stopping_gpu_ids()
+    fenced = fenced_gpu_counts()
     nodes: QuerySet[Node] = Node.objects.prefetch_related("gpus").order_by("name")
     rows = [
-        NodeRow(node=n, gpus=[(g, busy.get(g.pk)) for g in sorted(n.gpus.all(), key=lambda g: g.index) if g.present])
+        NodeRow(
+            node=n,
+            gpus=[
+                (g, busy.get(g.pk), g.pk in stopping) for g in sorted(n.gpus.all(), key=lambda g: g.index) if g.present
+            ],
+            fenced=fenced[n.pk],
+        )
         for n in nodes
     ]
     return NodeList(rows=rows, gpu_total=present_gpu_count(), gpu_busy=len(busy))

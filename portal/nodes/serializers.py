@@ -24,13 +24,22 @@ class GpuSerializer(serializers.ModelSerializer[Gpu]):
         return busy.get(gpu.pk)
 
     def get_state(self, gpu: Gpu) -> str:
+        """``stopping``: held by an attempt that is over, until its processes are confirmed gone (issue #15)."""
         if gpu.health != "healthy":
             return gpu.health
+        if gpu.pk in self.context.get("stopping", set()):
+            return "stopping"
         return "allocated" if gpu.pk in self.context.get("busy", {}) else "free"
 
 
 class NodeSerializer(serializers.ModelSerializer[Node]):
     gpus = serializers.SerializerMethodField()
+    fenced_gpus = serializers.SerializerMethodField(
+        help_text=(
+            "GPUs held by this node's lost tasks, whose processes may still run: offered to no job until the agent "
+            "registers again having killed them, or an admin releases them (POST .../release-fenced/)."
+        )
+    )
 
     class Meta:
         model = Node
@@ -43,8 +52,13 @@ class NodeSerializer(serializers.ModelSerializer[Node]):
             "state_reason",
             "last_heartbeat",
             "agent_version",
+            "fenced_gpus",
             "gpus",
         ]
+
+    def get_fenced_gpus(self, node: Node) -> int:
+        fenced: dict[int, int] = self.context.get("fenced", {})
+        return fenced.get(node.pk, 0)
 
     def get_gpus(self, node: Node) -> list[dict[str, Any]]:
         gpus = [g for g in node.gpus.all() if g.present]
@@ -65,6 +79,15 @@ class RegisterSerializer(serializers.Serializer[dict[str, Any]]):
     address = serializers.CharField(max_length=255, allow_blank=True, required=False, default="")
     agent_version = serializers.CharField(max_length=50, allow_blank=True, required=False, default="")
     gpus = GpuReportSerializer(many=True)
+    clean = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text=(
+            "True when the agent has confirmed that no process of any task from before this registration is alive "
+            "(it SIGKILLed them and saw them gone): the GPUs those tasks held are freed. False or absent: they stay "
+            "fenced until an admin releases them."
+        ),
+    )
 
 
 class TaskReportSerializer(serializers.Serializer[dict[str, Any]]):
@@ -95,6 +118,13 @@ class RegisterReplySerializer(serializers.Serializer[dict[str, Any]]):
     node = serializers.CharField(help_text="The node's name, as the portal knows it.")
     heartbeat_interval = serializers.FloatField(help_text="Seconds between heartbeats.")
     sample_interval = serializers.FloatField(help_text="Seconds between telemetry samples.")
+    lease_seconds = serializers.FloatField(
+        help_text=(
+            "After this long without a successful heartbeat (counted from when the last one was sent), the agent "
+            "kills every task and registers again: by then the portal may be about to mark the node down and run "
+            "its jobs elsewhere."
+        )
+    )
 
 
 class TaskOrderSerializer(serializers.Serializer[dict[str, Any]]):
@@ -133,3 +163,8 @@ class HeartbeatReplySerializer(serializers.Serializer[dict[str, Any]]):
         help_text='Bytes of each reported task\'s log the portal holds, by "job:attempt:rank".',
     )
     heartbeat_interval = serializers.FloatField(help_text="Seconds until the next heartbeat.")
+
+
+class ReleaseFencedReplySerializer(serializers.Serializer[dict[str, Any]]):
+    node = serializers.CharField()
+    released = serializers.IntegerField(help_text="GPUs freed.")

@@ -7,6 +7,7 @@ by the next heartbeat (see docs/agent-protocol.md).
 
 from __future__ import annotations
 
+import logging
 import secrets
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -17,13 +18,15 @@ from django.db import transaction
 from django.utils import timezone
 
 from portal.errors import Conflict, ValidationFailed
-from portal.jobs.ledger import release_task_gpus
-from portal.jobs.logs import job_log_append
+from portal.jobs.ledger import release_lost_tasks_gpus, release_task_gpus
+from portal.jobs.logs import task_log_receive
 from portal.jobs.models import Job, JobTask, TaskState
 from portal.jobs.services import job_requeue, job_task_exited
 from portal.nodes.models import Gpu, Node, NodeState
 from portal.queue import SCHEDULE_ROUND, enqueue_on_commit
 from scheduling.core.states import JobState
+
+logger = logging.getLogger(__name__)
 
 LIVE_TASK_STATES = (TaskState.ASSIGNED, TaskState.RUNNING)
 #: Sent to a task's process group when it should checkpoint soon (documented for job authors in docs/agent.md).
@@ -85,25 +88,45 @@ class HeartbeatReply:
     log_offsets: dict[str, int] = field(default_factory=dict)
 
 
-def _lose_tasks(tasks: Iterable[JobTask], *, actor: str, reason: str) -> None:
-    """Mark tasks whose processes are gone without an exit report (node died or agent restarted) and requeue
-    their jobs as whole gangs. Precondition: inside a transaction."""
+def _lose_tasks(tasks: Iterable[JobTask], *, actor: str, reason: str, confirmed_gone: bool) -> None:
+    """Mark tasks whose processes the portal no longer hears from (node died, agent restarted) and requeue their
+    jobs as whole gangs. ``confirmed_gone``: the node's agent says it runs none of them, so their GPUs are freed;
+    otherwise they stay allocated (*fenced*) until it does (see ``portal.jobs.ledger``). Precondition: inside a
+    transaction."""
     for task in tasks:
         job = Job.objects.select_for_update().get(pk=task.job_id)
         task.state = TaskState.LOST
         task.finished_at = timezone.now()
         task.save(update_fields=["state", "finished_at"])
-        release_task_gpus(task)
+        if confirmed_gone:
+            release_task_gpus(task)
         if task.attempt == job.attempt and job.state == JobState.RUNNING.value:
             job_requeue(job, actor=actor, reason=reason, hardware=True)
 
 
+class NodeFenced(Exception):
+    """A heartbeat from a node the portal has marked down: its tasks were requeued and its GPUs are fenced, so
+    the agent must kill what it still runs and register again (docs/agent-protocol.md)."""
+
+
 @transaction.atomic
-def node_register(*, node: Node, hostname: str, address: str, agent_version: str, gpus: Sequence[GpuReport]) -> Node:
+def node_register(
+    *,
+    node: Node,
+    hostname: str,
+    address: str,
+    agent_version: str,
+    gpus: Sequence[GpuReport],
+    clean: bool = False,
+) -> Node:
     """Record a (re)starting agent's inventory and mark the node up (a draining node stays draining).
 
     A registration means the agent lost track of its processes, so every task the portal believed was running
     there is lost and its job is requeued. GPUs are matched by uuid; ones no longer reported are marked absent.
+
+    ``clean`` is the agent's word that no process of any earlier task lives on the node any more (it SIGKILLed
+    them and saw them gone): then the GPUs its lost tasks held are freed. Without it they stay fenced, counted
+    against their tenants and offered to no one, until an admin releases them (:func:`node_release_fenced`).
 
     A GPU that moved here from a node that is down moves with its uuid. One still present on a node that is up or
     draining is refused (409): two live agents reporting one uuid is a misconfiguration (cloned fake GPUs, a copied
@@ -148,7 +171,10 @@ def node_register(*, node: Node, hostname: str, address: str, agent_version: str
             },
         )
     stale = JobTask.objects.filter(node=node, state__in=LIVE_TASK_STATES).order_by("job_id")
-    _lose_tasks(list(stale), actor=f"agent:{node.name}", reason=f"agent on {node.name} restarted")
+    _lose_tasks(list(stale), actor=f"agent:{node.name}", reason=f"agent on {node.name} restarted", confirmed_gone=clean)
+    if clean:
+        release_lost_tasks_gpus(node)
+    enqueue_on_commit(SCHEDULE_ROUND)  # its GPUs may be free again, and requeued jobs wait
     return node
 
 
@@ -178,23 +204,20 @@ def _apply_report(node: Node, task: JobTask | None, report: TaskReport, reply: H
     """Reconcile one reported task. Precondition: its job row is locked (when the task is known)."""
     key = f"{report.job}:{report.attempt}:{report.rank}"
     if task is None:
-        # Not ours (or from before a database reset): stop it if it runs, then let the agent drop it.
+        # Not ours (or from before a database reset): kill it at once if it runs, then let the agent drop it.
         if report.state == "running":
-            reply.kill.append({"job": report.job, "attempt": report.attempt, "grace_seconds": _grace()})
+            reply.kill.append({"job": report.job, "attempt": report.attempt, "grace_seconds": 0})
         else:
             reply.forget.append({"job": report.job, "attempt": report.attempt})
         return
     actor = f"agent:{node.name}"
-    if report.log and report.log_offset == task.log_received:
-        job_log_append(job=task.job, data=report.log)
-        task.log_received = (
-            report.log_end if report.log_end is not None else report.log_offset + len(report.log.encode())
-        )
-        task.save(update_fields=["log_received"])
-    reply.log_offsets[key] = task.log_received
+    end = report.log_end if report.log_end is not None else report.log_offset + len(report.log.encode())
+    reply.log_offsets[key] = task_log_receive(task=task, offset=report.log_offset, text=report.log, end=end)
     finished_here = task.state in (TaskState.EXITED, TaskState.LOST)
     if report.state == "running":
-        if finished_here or task.kill_requested:
+        if finished_here:  # a stale duplicate: the portal already counts it gone, so no grace
+            reply.kill.append({"job": report.job, "attempt": report.attempt, "grace_seconds": 0})
+        elif task.kill_requested:
             reply.kill.append({"job": report.job, "attempt": report.attempt, "grace_seconds": _grace()})
         elif task.state == TaskState.ASSIGNED:
             task.state, task.pid, task.started_at = TaskState.RUNNING, report.pid, timezone.now()
@@ -205,6 +228,10 @@ def _apply_report(node: Node, task: JobTask | None, report: TaskReport, reply: H
             task.checkpoint_signalled_at = timezone.now()
             task.save(update_fields=["checkpoint_signalled_at"])
     elif report.state in ("exited", "failed_to_start"):
+        if task.log_final_size is None or report.log_size > task.log_final_size:
+            # The log's size at the end: its output is whole once log_received reaches it (job_output_progress).
+            task.log_final_size = report.log_size
+            task.save(update_fields=["log_final_size"])
         if not finished_here:
             exit_code = report.exit_code if report.state == "exited" else None
             job_task_exited(task=task, exit_code=exit_code, actor=actor)
@@ -224,11 +251,15 @@ def node_heartbeat(*, node: Node, reports: Sequence[TaskReport]) -> HeartbeatRep
 
     Jobs are locked in id order, so two heartbeats touching the same multi-node gang cannot deadlock. A live task
     the agent no longer reports was never received (if it was only assigned and since cancelled) or was lost.
+    Raises :class:`NodeFenced` for a node marked down: it is not marked up again until its agent re-registers.
     """
     reply = HeartbeatReply()
     now = timezone.now()
-    back_up = {"state": NodeState.UP, "state_reason": ""} if node.state == NodeState.DOWN else {}
-    Node.objects.filter(pk=node.pk).update(last_heartbeat=now, **back_up)
+    node = Node.objects.select_for_update().get(pk=node.pk)  # locked before any job, as registration does
+    if node.state == NodeState.DOWN:
+        raise NodeFenced(node.name)
+    node.last_heartbeat = now
+    node.save(update_fields=["last_heartbeat"])
     reported = {r.key: r for r in reports}
     job_ids = sorted(
         {r.job for r in reports}
@@ -250,8 +281,13 @@ def node_heartbeat(*, node: Node, reports: Sequence[TaskReport]) -> HeartbeatRep
             job_task_exited(task=task, exit_code=None, actor=f"agent:{node.name}")
         elif task.state == TaskState.ASSIGNED:
             reply.start.append(_start_order(task))
-        else:  # running, yet the agent does not know it: its process is gone
-            _lose_tasks([task], actor=f"agent:{node.name}", reason=f"{node.name} no longer runs the process")
+        else:  # running, yet the agent does not track it: its process is gone
+            _lose_tasks(
+                [task],
+                actor=f"agent:{node.name}",
+                reason=f"{node.name} no longer runs the process",
+                confirmed_gone=True,
+            )
     return reply
 
 
@@ -271,7 +307,12 @@ def _start_order(task: JobTask) -> dict[str, object]:
 @transaction.atomic
 def nodes_mark_stale_down(*, now: datetime | None = None) -> list[str]:
     """Mark nodes silent for longer than ``CORRAL_NODE_TIMEOUT`` down and requeue their jobs; a scheduling round
-    follows after commit. Returns the names of the nodes it marked down."""
+    follows after commit. Returns the names of the nodes it marked down.
+
+    The GPUs their tasks held stay fenced: allocated, counted against their tenants, offered to no one, until the
+    node's agent re-registers having killed what it ran, or an admin releases them. Their jobs may start again
+    elsewhere at once: the agent fences itself (kills its jobs) once it has not reached the portal for its lease,
+    which is shorter than the node timeout (``node_lease_seconds``)."""
     now = now or timezone.now()
     cutoff = now - timedelta(seconds=settings.CORRAL_NODE_TIMEOUT)
     stale = list(
@@ -284,10 +325,39 @@ def nodes_mark_stale_down(*, now: datetime | None = None) -> list[str]:
         node.state_reason = f"no heartbeat since {node.last_heartbeat:%Y-%m-%d %H:%M:%S} UTC"
         node.save(update_fields=["state", "state_reason"])
         lost = JobTask.objects.filter(node=node, state__in=LIVE_TASK_STATES).order_by("job_id")
-        _lose_tasks(list(lost), actor="scheduler", reason=f"node {node.name} stopped sending heartbeats")
+        # Its processes may still run (a partition, a stopped agent): their GPUs stay fenced until it re-registers.
+        _lose_tasks(
+            list(lost),
+            actor="scheduler",
+            reason=f"node {node.name} stopped sending heartbeats",
+            confirmed_gone=False,
+        )
     if stale:
         enqueue_on_commit(SCHEDULE_ROUND)  # what ran there can go elsewhere, and what waited for it must wait on
     return [n.name for n in stale]
+
+
+def node_lease_seconds() -> float:
+    """How long an agent may go without a successful heartbeat before it must kill its jobs and register again:
+    two thirds of ``CORRAL_NODE_TIMEOUT`` (at least two heartbeats), counted by the agent from when it *sent* its
+    last good heartbeat, so its jobs are dead before the portal declares the node down and lets them start
+    elsewhere. Never more than 85% of the timeout less a second (the agent's watchdog acts up to a second late)."""
+    timeout = settings.CORRAL_NODE_TIMEOUT
+    wanted = max(settings.CORRAL_HEARTBEAT_INTERVAL * 2, timeout * 2 / 3)
+    return max(0.5, min(wanted, timeout * 0.85 - 1.0))
+
+
+@transaction.atomic
+def node_release_fenced(*, node: Node, by: str) -> int:
+    """An admin's word that no process of ``node``'s lost tasks lives any more (the machine was powered off or
+    reinstalled): free the GPUs those tasks still hold. The node itself stays as it is; if it is down its agent still
+    has to register again before it gets work. Returns how many GPUs were freed."""
+    node = Node.objects.select_for_update().get(pk=node.pk)
+    freed = release_lost_tasks_gpus(node)
+    if freed:
+        logger.warning("%s released %d fenced GPU(s) of node %s", by, freed, node.name)
+        enqueue_on_commit(SCHEDULE_ROUND)
+    return freed
 
 
 @transaction.atomic

@@ -4,13 +4,18 @@ table or GPU panel partial."""
 
 from __future__ import annotations
 
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
 
 from portal.jobs.selectors import cordon_rule
-from portal.nodes.selectors import node_list
+from portal.nodes.models import Node
+from portal.nodes.selectors import fenced_gpu_counts, node_list
+from portal.nodes.services import node_release_fenced
 from portal.telemetry.selectors import node_page
+from portal.web.auth import AuthenticatedHttpRequest
 from portal.web.htmx import is_htmx
 
 
@@ -33,7 +38,25 @@ def node_detail_view(request: HttpRequest, name: str) -> HttpResponse:
     page = node_page(name=name)
     if page is None:
         raise Http404("No such node.")
-    context = {"page": page, "node": page.node, "cordon_rule": cordon_rule()}
+    context = {
+        "page": page,
+        "node": page.node,
+        "cordon_rule": cordon_rule(),
+        "fenced": fenced_gpu_counts()[page.node.pk],
+    }
     if is_htmx(request):
         return render(request, "nodes/partials/_gpu_panel.html", context)
     return render(request, "nodes/node_detail.html", context)
+
+
+@login_required
+@require_POST
+def node_release_fenced_view(request: AuthenticatedHttpRequest, name: str) -> HttpResponse:
+    """An admin's word that the processes of a node's lost tasks are gone (the machine was powered off or
+    reinstalled): free the GPUs they held. Staff only; everyone else gets a 403."""
+    if not request.user.is_staff:
+        return HttpResponse("Only an administrator can release a node's fenced GPUs.", status=403)
+    node = get_object_or_404(Node, name=name)
+    freed = node_release_fenced(node=node, by=request.user.get_username())
+    messages.info(request, f"Released {freed} fenced GPU{'s' if freed != 1 else ''} of {node.name}.")
+    return redirect("node-detail", name=node.name)

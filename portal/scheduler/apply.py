@@ -16,7 +16,7 @@ from portal.jobs.ledger import RankPlacement
 from portal.jobs.services import job_preempt, job_start
 from portal.jobs.waiting import jobs_set_wait_reasons
 from portal.scheduler.selectors import LiveSnapshot
-from scheduling.core.model import Decision, Placement
+from scheduling.core.model import Decision, Placement, Wait, WaitReason, gpu_count
 
 ACTOR = "scheduler"
 
@@ -40,7 +40,20 @@ def apply_decision(decision: Decision, live: LiveSnapshot) -> Applied:
     """Write ``decision``. Precondition: inside the round's transaction, holding the scheduler lease."""
     preempted = sum(job_preempt(job_id=int(job_id), actor=ACTOR) for job_id in decision.preempt)
     started = sum(job_start(job_id=int(p.job_id), ranks=_ranks(p, live), actor=ACTOR) for p in decision.start)
-    jobs_set_wait_reasons(
-        reasons={int(job_id): (wait.reason, wait.detail) for job_id, wait in decision.waiting.items()}
-    )
-    return Applied(started=started, preempted=preempted, waiting=len(decision.waiting))
+    reasons = {int(job_id): _with_freeing(wait, live.freeing) for job_id, wait in decision.waiting.items()}
+    reasons.update((job_id, (WaitReason.PREVIOUS_ATTEMPT_STOPPING, "")) for job_id in live.awaiting)
+    jobs_set_wait_reasons(reasons=reasons)
+    return Applied(started=started, preempted=preempted, waiting=len(reasons))
+
+
+#: Reasons that mean "not enough GPUs": a job waiting for one is told when some are on their way.
+_SHORT_OF_GPUS = frozenset({WaitReason.NOT_ENOUGH_FREE_GPUS, WaitReason.NO_NODE_FITS, WaitReason.LOWER_PRIORITY})
+
+
+def _with_freeing(wait: Wait, freeing: int) -> tuple[WaitReason, str]:
+    """A waiting job's reason and detail; one short of GPUs also hears that ``freeing`` GPUs are being freed (held
+    by jobs whose processes are stopping), so a wait of a few seconds does not read like a full cluster."""
+    if freeing and wait.reason in _SHORT_OF_GPUS:
+        note = f"{gpu_count(freeing)} being freed as stopped jobs' processes exit"
+        return wait.reason, f"{wait.detail}; {note}" if wait.detail else note
+    return wait.reason, wait.detail

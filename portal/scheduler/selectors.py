@@ -11,11 +11,11 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
 
-from portal.jobs.selectors import jobs_held_gpus, jobs_in_system
+from portal.jobs.selectors import jobs_awaiting_previous_attempt, jobs_held_gpus, jobs_in_system, stopping_holds
 from portal.nodes.models import GpuHealth, Node, NodeState
 from portal.nodes.selectors import gpu_holders, gpus_present_on, nodes_not_down
 from portal.tenants.selectors import tenant_limits, usage_history
-from scheduling.core.model import GpuSlot, JobView, NodeView, Snapshot
+from scheduling.core.model import GpuSlot, HeldGpus, JobView, NodeView, Snapshot
 from scheduling.core.states import JobState
 
 
@@ -26,6 +26,10 @@ class LiveSnapshot:
     snapshot: Snapshot
     nodes_by_name: dict[str, Node]
     gpu_index: dict[int, int]  # gpu pk -> NVML index on its node
+    #: Pending jobs left out of the snapshot: a rank of their previous attempt may still be alive.
+    awaiting: frozenset[int] = frozenset()
+    #: GPUs being freed: held by attempts that are over, on nodes that are up (their processes are stopping).
+    freeing: int = 0
 
 
 def _ts(value: datetime | None) -> float | None:
@@ -39,6 +43,10 @@ def build_snapshot(*, now: datetime, fair_share: bool = False) -> LiveSnapshot:
     ``CORRAL_CORDON_MAX_TIME_LIMIT`` gives them only to jobs with a time limit at most that long. Unhealthy GPUs
     are never offered. ``fair_share`` (for policies with the quota layer) adds the tenants' decayed usage, unless
     ``CORRAL_FAIR_SHARE_HALF_LIFE_HOURS`` is 0.
+
+    The fence (issue #15): GPUs held by attempts that are over are not free and go into ``Snapshot.held``, so they
+    count against caps and guarantees; a pending job whose previous attempt may still run on a node that is up is
+    left out of the round (``LiveSnapshot.awaiting``), so it cannot start a second copy of itself.
     """
     nodes = nodes_not_down()
     taken = gpu_holders()
@@ -66,7 +74,9 @@ def build_snapshot(*, now: datetime, fair_share: bool = False) -> LiveSnapshot:
         )
         for n in nodes
     )
-    jobs = jobs_in_system()
+    holds = stopping_holds()
+    awaiting = frozenset(jobs_awaiting_previous_attempt())
+    jobs = [j for j in jobs_in_system() if j.pk not in awaiting]
     running_ids = [j.pk for j in jobs if j.state == JobState.RUNNING.value]
     slots: dict[int, list[GpuSlot]] = defaultdict(list)
     for job_id, node_name, gpu_id in jobs_held_gpus(job_ids=running_ids):
@@ -99,7 +109,10 @@ def build_snapshot(*, now: datetime, fair_share: bool = False) -> LiveSnapshot:
             jobs=tuple(job_views),
             tenants=tenant_limits(),
             usage=usage_history(now=now) if fair_share else None,
+            held=tuple(HeldGpus(h.tenant, h.user, h.gpus) for h in holds),
         ),
         nodes_by_name={n.name: n for n in nodes},
         gpu_index=gpu_index,
+        awaiting=awaiting,
+        freeing=sum(h.gpus for h in holds if not h.fenced),
     )

@@ -50,6 +50,7 @@ def decide(
         limits=snapshot.tenants,
         explain=True,
         usage=snapshot.usage,
+        held=snapshot.held,
     )
     decision = Decision(
         start=tuple(result.start),

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from scheduling.core.fairshare import borrow_ranks
-from scheduling.core.model import JobView, Placement, TenantLimits, UsageHistory, Wait, WaitReason
+from scheduling.core.model import HeldGpus, JobView, Placement, TenantLimits, UsageHistory, Wait, WaitReason
 from scheduling.core.placement import PlacementModel, Shape
 from scheduling.core.policies.base import Policy
 from scheduling.core.pool import FreePool
@@ -47,6 +47,7 @@ def run_round(
     explain: bool = True,
     pin_running: bool = False,
     usage: UsageHistory | None = None,
+    held: Sequence[HeldGpus] = (),
 ) -> RoundResult:
     """Run one round.
 
@@ -62,8 +63,11 @@ def run_round(
 
     ``usage`` turns on fair share for the quota layer: borrowers get idle quota in the order of their tenants'
     decayed usage per guaranteed GPU. Policies without the quota layer ignore it.
+
+    ``held`` lists GPUs that attempts which are over still hold (their processes are stopping): they are not in
+    ``pool`` and count against their tenants' caps and guarantees like running jobs.
     """
-    ledger = Ledger(limits)
+    ledger = Ledger(limits, held)
     if ledger.active:
         for job in running:
             ledger.add(job)

@@ -28,6 +28,8 @@ class WaitReason(StrEnum):
     BLOCKED_BY_EARLIER_JOB = "blocked_by_earlier_job"  # strict FIFO: an earlier job that does not fit blocks us
     LOWER_PRIORITY = "lower_priority"  # a priority policy gave the free GPUs to jobs ahead of this one
     NO_SCHEDULABLE_NODES = "no_schedulable_nodes"
+    # Its previous attempt still has processes on a node that is up: a job never runs twice at once.
+    PREVIOUS_ATTEMPT_STOPPING = "previous_attempt_stopping"
     PREEMPTED = "preempted"  # was running this round and lost its GPUs to a higher-priority job
     # A long job (no time limit, or one above what short-only GPUs take) that only short-only GPUs would hold.
     SHORT_JOBS_ONLY = "short_jobs_only"
@@ -47,6 +49,7 @@ _REASON_LABELS: dict[WaitReason, str] = {
     WaitReason.BLOCKED_BY_EARLIER_JOB: "Queued behind an earlier job that is waiting for GPUs.",
     WaitReason.LOWER_PRIORITY: "Queued: jobs with higher priority get the free GPUs first.",
     WaitReason.NO_SCHEDULABLE_NODES: "Waiting: no node is up and accepting work.",
+    WaitReason.PREVIOUS_ATTEMPT_STOPPING: "Waiting for the processes of its previous attempt to stop.",
     WaitReason.PREEMPTED: "Preempted by a higher-priority job; waiting to resume.",
     WaitReason.SHORT_JOBS_ONLY: "Waiting for GPUs: the only free ones that would fit are cordoned (predicted to fail).",
     WaitReason.FAIR_SHARE: "Queued to borrow idle GPUs: tenants that used less of their share lately borrow first.",
@@ -154,6 +157,17 @@ class UsageHistory:
 
 
 @dataclass(frozen=True, slots=True)
+class HeldGpus:
+    """GPUs an attempt that is over still holds: its processes have not been confirmed gone (they are stopping,
+    or their node is fenced). They are in no node's ``free_gpus``, belong to no job the round may move, and still
+    count against their tenant's cap and guarantee and their user's cap."""
+
+    tenant: str
+    user: str
+    gpus: int
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     """Everything one scheduling round needs. Jobs are pending or running; finished jobs are not included."""
 
@@ -162,6 +176,8 @@ class Snapshot:
     tenants: Mapping[str, TenantLimits] = field(default_factory=dict)
     #: Decayed usage per tenant; with the quota layer it orders who borrows idle quota first. None: no fair share.
     usage: UsageHistory | None = None
+    #: GPUs still held by attempts that are over (see :class:`HeldGpus`).
+    held: tuple[HeldGpus, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -143,7 +143,7 @@ class _PreemptiveWalk:
         such a policy reclaims only borrowed GPUs, never a tenant's own share (claimed in policy order)."""
         if self.policy.preemptive:
             return
-        owners = Guarantees(self.limits)
+        owners = Guarantees(self.limits, self.ledger.held)
         pinned = self.pinned
         for job in ordered:
             if job.state == _RUNNING and owners.claim(job):
@@ -189,7 +189,7 @@ class _PreemptiveWalk:
         pinned = self.pinned
         candidates: Iterator[JobView] = (job for job in ordered if job.id not in pinned) if pinned else iter(ordered)
         if self.policy.guarantees:
-            share = Guarantees(self.limits)
+            share = Guarantees(self.limits, self.ledger.held)
             for job in ordered:
                 if job.id in pinned:
                     share.claim(job)

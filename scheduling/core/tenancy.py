@@ -8,10 +8,10 @@ GPUs a tenant is not using may be borrowed, and are reclaimed when the owner wan
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from functools import lru_cache
 
-from scheduling.core.model import JobView, TenantLimits, Wait, WaitReason, gpu_count
+from scheduling.core.model import HeldGpus, JobView, TenantLimits, Wait, WaitReason, gpu_count
 
 _NO_LIMITS = TenantLimits()
 
@@ -19,14 +19,22 @@ _NO_LIMITS = TenantLimits()
 class Ledger:
     """GPUs held per tenant and per (tenant, user) as a round hands them out."""
 
-    __slots__ = ("limits", "tenant_used", "user_used", "active")
+    __slots__ = ("limits", "tenant_used", "user_used", "active", "held")
 
-    def __init__(self, limits: Mapping[str, TenantLimits]) -> None:
+    def __init__(self, limits: Mapping[str, TenantLimits], held: Iterable[HeldGpus] = ()) -> None:
         self.limits = limits
         self.tenant_used: dict[str, int] = {}
         self.user_used: dict[tuple[str, str], int] = {}
         # With no caps configured the ledger needs no bookkeeping at all: the common case stays free.
         self.active = any(lim.gpu_cap is not None or lim.user_cap is not None for lim in limits.values())
+        #: GPUs per tenant held by attempts that are over; they count against caps and guarantees until freed.
+        self.held: dict[str, int] = {}
+        for h in held:
+            self.held[h.tenant] = self.held.get(h.tenant, 0) + h.gpus
+            if self.active:
+                self.tenant_used[h.tenant] = self.tenant_used.get(h.tenant, 0) + h.gpus
+                key = (h.tenant, h.user)
+                self.user_used[key] = self.user_used.get(key, 0) + h.gpus
 
     def add(self, job: JobView) -> None:
         if not self.active:
@@ -68,9 +76,10 @@ class Guarantees:
 
     __slots__ = ("limits", "used")
 
-    def __init__(self, limits: Mapping[str, TenantLimits]) -> None:
+    def __init__(self, limits: Mapping[str, TenantLimits], held: Mapping[str, int] | None = None) -> None:
         self.limits = limits
-        self.used: dict[str, int] = {}
+        # GPUs still held by a tenant's attempts that are over use up its guarantee like running jobs do.
+        self.used: dict[str, int] = dict(held or {})
 
     def claim(self, job: JobView) -> bool:
         """Count ``job`` against its tenant's guarantee. True when it fits inside the guarantee (an owner),

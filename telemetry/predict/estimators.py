@@ -14,6 +14,12 @@ Failures are rare (a few hundred positive rows among millions), so every learner
 uniform sample of negatives whose weights restore the true class balance, and positives are then up-weighted to a
 quarter of the negative mass. Only the ranking of scores matters downstream: the alarm threshold is chosen on
 held-out data.
+
+A feature can be empty in a training sample: a fleet that never reports a field (no ``pcie_replay`` column, a
+driver that leaves ``retired_pages`` blank) or a window from before a firmware update started reporting it. The
+boosted trees are fitted on the other columns only (:class:`_Trees`); scikit-learn's binning cannot take a column
+without a single value. Constant columns need nothing: the trees never split on them. The imputing pipelines
+(forest, logistic regression) keep empty columns as constants.
 """
 
 from __future__ import annotations
@@ -80,11 +86,11 @@ def _fit(kind: ModelKind, x: np.ndarray, y: np.ndarray, seed: int, max_negatives
     rng = np.random.default_rng(seed)
     if kind is ModelKind.GBDT:
         xs, ys, _ = _sample(x, y, rng, max_negatives)
-        return _Single(_gbdt(seed).fit(xs, ys))
+        return _Single(_fit_trees(seed, xs, ys))
     if kind is ModelKind.ENSEMBLE:
         xs, ys, ws = _sample(x, y, rng, max_negatives)
         members = [
-            _gbdt(seed).fit(xs, ys),
+            _fit_trees(seed, xs, ys),
             _forest(seed).fit(xs, ys, randomforestclassifier__sample_weight=ws),
             _linear(seed).fit(xs, ys, logisticregression__sample_weight=ws),
         ]
@@ -105,8 +111,25 @@ def _proba(model: Any, x: np.ndarray) -> np.ndarray:
 
 
 @dataclass
-class _Single:
+class _Trees:
+    """Boosted trees over the feature columns that had at least one value in their training sample."""
+
     model: HistGradientBoostingClassifier
+    columns: np.ndarray  # indices into the full feature matrix
+
+    def predict_proba(self, x: np.ndarray) -> np.ndarray:
+        proba: np.ndarray = self.model.predict_proba(x if len(self.columns) == x.shape[1] else x[:, self.columns])
+        return proba
+
+
+def _fit_trees(seed: int, x: np.ndarray, y: np.ndarray) -> _Trees:
+    columns = np.flatnonzero(~np.isnan(x).all(axis=0))
+    return _Trees(_gbdt(seed).fit(x if len(columns) == x.shape[1] else x[:, columns], y), columns)
+
+
+@dataclass
+class _Single:
+    model: _Trees
 
     def score(self, x: np.ndarray) -> np.ndarray:
         return _proba(self.model, x)
@@ -126,7 +149,7 @@ class _Agreement:
 class _Cascade:
     filter: Pipeline
     cutoff: float
-    classifier: HistGradientBoostingClassifier | None
+    classifier: _Trees | None
 
     def score(self, x: np.ndarray) -> np.ndarray:
         out = np.zeros(len(x))
@@ -147,7 +170,7 @@ def _fit_cascade(x: np.ndarray, y: np.ndarray, rng: np.random.Generator, seed: i
     if yp.all() or not yp.any():
         return _Cascade(stage1, cutoff, None)
     xs2, ys2, _ = _sample(x[passing], yp, rng, max_negatives)
-    return _Cascade(stage1, cutoff, _gbdt(seed).fit(xs2, ys2))
+    return _Cascade(stage1, cutoff, _fit_trees(seed, xs2, ys2))
 
 
 # -- learners -------------------------------------------------------------------------------------------------------

@@ -2,7 +2,10 @@
 
 Every feature at row ``i`` uses only rows of the same GPU with ``timestamp <= timestamp[i]``: the predictor runs on
 what is known at decision time. Windows are defined in *time*, not in row counts, so gaps in the data (an agent
-that was down) shorten a window's evidence instead of stretching it. Counter growth is clipped at zero, so a
+that was down) shorten a window's evidence instead of stretching it, and a file sampled every 10 minutes gets the
+same windows as an hourly one. The few features that count rows (hours in which the SBE counter grew, hours of
+data in the last day) turn the count into hours with the file's own sampling period (:func:`sampling_period`), so
+they mean the same at any period; at our hourly period the factor is one. Counter growth is clipped at zero, so a
 counter that went backwards (an InfoROM reset) does not look like a negative error rate.
 
 Counts are ``log1p``-transformed: the linear members of the ensemble need it, and tree models do not care.
@@ -40,6 +43,14 @@ class FeatureMatrix:
 def feature_names() -> tuple[str, ...]:
     """The feature order, fixed so a stored model can check it is scoring what it was trained on."""
     return _NAMES
+
+
+def sampling_period(table: TelemetryTable) -> float:
+    """The table's sampling period in seconds: the median gap between consecutive rows of one GPU (an hour when
+    no GPU has two rows). The median, so an agent's outage or a few late samples do not move it."""
+    same_gpu = table.gpu[1:] == table.gpu[:-1]
+    gaps = np.diff(table.timestamp)[same_gpu]
+    return float(np.median(gaps)) if gaps.size else HOUR
 
 
 def build_features(table: TelemetryTable, *, first_seen: Mapping[str, float] | None = None) -> FeatureMatrix:
@@ -88,8 +99,8 @@ def build_features(table: TelemetryTable, *, first_seen: Mapping[str, float] | N
     sbe_up = w.increased(sbe)
     repairs_up = w.increased(repairs)
     # Persistence: a weak cell errs for a few hours until its row is remapped; failing memory errs for days.
-    cols["sbe_active_hours_24h"] = w.count(sbe_up, "24h")
-    cols["sbe_active_hours_72h"] = w.count(sbe_up, "72h")
+    cols["sbe_active_hours_24h"] = w.hours(sbe_up, "24h")
+    cols["sbe_active_hours_72h"] = w.hours(sbe_up, "72h")
     cols["repairs_events_24h"] = w.count(repairs_up, "24h")
     cols["repairs_events_72h"] = w.count(repairs_up, "72h")
     cols["hours_since_sbe"] = w.hours_since(sbe_up)
@@ -168,7 +179,8 @@ def build_features(table: TelemetryTable, *, first_seen: Mapping[str, float] | N
     cols["pcie_peers_replaying_24h"] = groups.sum_of_others(replaying)
 
     cols["age_h"] = np.minimum(w.age_hours(table, first_seen), AGE_CAP_H)
-    cols["samples_24h"] = w.count(np.ones(len(table), dtype=bool), "24h")
+    # Hours of data in the last day (24 when nothing was lost), whatever the period; the name predates that.
+    cols["samples_24h"] = w.hours(np.ones(len(table), dtype=bool), "24h")
 
     values = np.empty((len(table), len(_NAMES)), dtype=np.float32)
     for j, name in enumerate(_NAMES):
@@ -188,6 +200,7 @@ class _Windows:
         new_gpu = np.ones(self.n, dtype=bool)
         new_gpu[1:] = table.gpu[1:] != table.gpu[:-1]
         self.first = np.maximum.accumulate(np.where(new_gpu, idx, 0))  # first row of each row's GPU
+        self.period_h = sampling_period(table) / HOUR
         self._start: dict[str, np.ndarray] = {}
 
     def start(self, label: str) -> np.ndarray:
@@ -216,6 +229,10 @@ class _Windows:
     def count(self, flag: np.ndarray, label: str) -> np.ndarray:
         total, _ = self._sums(flag.astype(np.float64), label)
         return total
+
+    def hours(self, flag: np.ndarray, label: str) -> np.ndarray:
+        """Hours inside the window covered by rows where ``flag`` is true (each row stands for one period)."""
+        return self.count(flag, label) * self.period_h
 
     def mean(self, x: np.ndarray, label: str) -> np.ndarray:
         total, n = self._sums(x.astype(np.float64), label)

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from telemetry.predict.alarms import ScoredRows, choose_threshold, persistent_scores
+from telemetry.predict.alarms import ScoredRows, choose_threshold, persistent_scores, rows_for
 from telemetry.predict.artifact import ModelArtifact, check_compatible, make_header
 from telemetry.predict.estimators import DEFAULT_MAX_NEGATIVES, ModelKind, NotEnoughData, fit
-from telemetry.predict.features import FeatureMatrix, build_features
+from telemetry.predict.features import HOUR, FeatureMatrix, build_features, sampling_period
 from telemetry.predict.labels import RowLabels, failure_events, label_rows
 from telemetry.schema import FailureLabel
 from telemetry.table import TelemetryTable
@@ -24,7 +24,8 @@ DAY = 86_400.0
 DEFAULT_HORIZON_S = DAY
 DEFAULT_TRAIN_WINDOW_S = 60 * DAY
 DEFAULT_TARGET_PRECISION = 0.84
-DEFAULT_PERSIST_ROWS = 3
+#: Alarm only on a score that held this long (telemetry.predict.alarms): three rows of hourly data.
+DEFAULT_PERSIST_S = 3 * HOUR
 HOLDOUT_FRACTION = 0.25
 
 
@@ -47,7 +48,7 @@ def train_model(
     train_window_s: float = DEFAULT_TRAIN_WINDOW_S,
     threshold: float | None = None,
     target_precision: float = DEFAULT_TARGET_PRECISION,
-    persist_rows: int = DEFAULT_PERSIST_ROWS,
+    persist_rows: int | None = None,
     seed: int = 0,
     max_negatives: int = DEFAULT_MAX_NEGATIVES,
     first_seen: Mapping[str, float] | None = None,
@@ -56,9 +57,13 @@ def train_model(
 
     With ``threshold=None`` the alarm threshold is chosen on a held-out final quarter of the window for
     ``target_precision``; pass a threshold to reuse one chosen elsewhere (e.g. by ``corral failures evaluate``).
-    Raises :class:`NotEnoughData` when the window holds no failure.
+    ``persist_rows`` defaults to :data:`DEFAULT_PERSIST_S` in rows of the table's sampling period; the artifact
+    stores the rows, so score tables of the same period with it. Raises :class:`NotEnoughData` when the window
+    holds no failure.
     """
     labels = list(labels)
+    if persist_rows is None:
+        persist_rows = rows_for(DEFAULT_PERSIST_S, sampling_period(table))
     features = build_features(table, first_seen=first_seen)
     rl = label_rows(table, labels, horizon_s)
     start, end = now - train_window_s, now - horizon_s

@@ -9,18 +9,21 @@ the task exits, and a task is forgotten once its exit and whole log are in.
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs
 
 import pytest
 
 from agent.client import GpuDescriptor, PortalClient
 from agent.loop import Agent, Backoff
 from agent.runner import Runner
+from agent.watchdog import LeaseFile
 
 TOKEN = "node-secret"
 
@@ -48,6 +51,12 @@ class FakePortal:
         self.lose_next_chunk: set[str] = set()
         self.register_again = False
         self.register_again_status = 409
+        self.lease_seconds: float | None = None  # granted at registration when set (an older portal grants none)
+        self.before_heartbeat_reply: Callable[[], None] | None = None  # runs while a heartbeat waits for its reply
+        self.log_endpoint = True  # False: POST /api/v1/agent/logs/ is a 404 without a code, as on an older portal
+        self.log_posts: list[tuple[str, int, int]] = []  # every log POST: (task, offset, bytes)
+        self.log_post_limit: int | None = None  # answer 413 to larger log bodies
+        self.refuse_logs_of: set[str] = set()  # answer 404 not_found to log POSTs for these tasks
         self._server: ThreadingHTTPServer | None = None
 
     # --- control -----------------------------------------------------------------------------------------------
@@ -60,8 +69,12 @@ class FakePortal:
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-                status, reply = portal.handle(self.path, self.headers.get("Authorization", ""), body)
+                raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                auth = self.headers.get("Authorization", "")
+                if self.headers.get("Content-Type") == "application/octet-stream":
+                    status, reply = portal.handle_log(self.path, auth, raw)
+                else:
+                    status, reply = portal.handle(self.path, auth, json.loads(raw or b"{}"))
                 data = json.dumps(reply).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
@@ -119,14 +132,19 @@ class FakePortal:
             if path == "/api/v1/agent/register/":
                 self.registrations.append(body)
                 self.register_again = False
-                return 200, {
+                reply = {
                     "node": body["hostname"],
                     "heartbeat_interval": self.heartbeat_interval,
                     "sample_interval": self.sample_interval,
                 }
+                if self.lease_seconds is not None:
+                    reply["lease_seconds"] = self.lease_seconds
+                return 200, reply
             if path == "/api/v1/agent/heartbeat/":
                 if self.register_again:
                     return self.register_again_status, {"detail": "register again"}
+                if self.before_heartbeat_reply is not None:
+                    self.before_heartbeat_reply()
                 return 200, self._heartbeat(body)
             if path == "/api/v1/agent/samples/":
                 if self.samples_status is not None:
@@ -135,6 +153,26 @@ class FakePortal:
                 self.calls.append((path, body))
                 return 200, {"accepted": len(body["samples"])}
         return 404, {"detail": "Not found."}
+
+    def handle_log(self, target: str, auth: str, data: bytes) -> tuple[int, dict[str, Any]]:
+        """``POST /api/v1/agent/logs/?job=&attempt=&rank=&offset=``: raw bytes, kept only at the offset held."""
+        if auth != f"Node {TOKEN}":
+            return 401, {"detail": "Invalid node token."}
+        path, _, query = target.partition("?")
+        if path != "/api/v1/agent/logs/" or not self.log_endpoint:
+            return 404, {"detail": "Not found."}
+        where = {name: int(values[0]) for name, values in parse_qs(query).items()}
+        wire = f"{where['job']}:{where['attempt']}:{where.get('rank', 0)}"
+        with self.lock:
+            if wire in self.refuse_logs_of:
+                return 404, {"detail": f"this node has no task {wire}", "code": "not_found"}
+            if self.log_post_limit is not None and len(data) > self.log_post_limit:
+                return 413, {"detail": "request body too large", "code": "too_large"}
+            self.log_posts.append((wire, where["offset"], len(data)))
+            held = self.logs.setdefault(wire, b"")
+            if where["offset"] == len(held):
+                self.logs[wire] = held + data
+            return 200, {"log_offset": len(self.logs[wire])}
 
     def _heartbeat(self, body: dict[str, Any]) -> dict[str, Any]:
         self.heartbeats.append(body)
@@ -187,12 +225,30 @@ def make_agent(tmp_path: Path) -> Iterator[Callable[..., Agent]]:
     """Agents wired to a portal URL, whose tasks are all stopped at teardown."""
     agents: list[Agent] = []
 
-    def make(url: str, *, token: str = TOKEN, run_as: str | None = None, grace: float = 0.5) -> Agent:
+    def make(
+        url: str,
+        *,
+        token: str = TOKEN,
+        run_as: str | None = None,
+        grace: float = 0.5,
+        clock: Callable[[], float] = time.monotonic,
+        lease_file: LeaseFile | None = None,
+        kill_wait: float = 2.0,
+    ) -> Agent:
         client = PortalClient(url, lambda: token, timeout=2.0)
         runner = Runner(tmp_path / f"work{len(agents)}", run_as=run_as)
         gpus = [GpuDescriptor(i, f"GPU-test-{i}", "Test GPU", 1024) for i in range(2)]
         agent = Agent(
-            client, runner, hostname="node-a", address="127.0.0.1", gpus=gpus, grace=grace, backoff=Backoff(0.01, 0.05)
+            client,
+            runner,
+            hostname="node-a",
+            address="127.0.0.1",
+            gpus=gpus,
+            grace=grace,
+            backoff=Backoff(0.01, 0.05),
+            clock=clock,
+            lease_file=lease_file,
+            kill_wait=kill_wait,
         )
         agents.append(agent)
         return agent
@@ -218,6 +274,39 @@ def _wait_for(done: Callable[[], object], *, timeout: float = 5.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("condition not reached in time")
         time.sleep(0.02)
+
+
+class FakeClock:
+    """A monotonic clock the test moves by hand (the agent takes its clock as an argument)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (ProcessLookupError, FileNotFoundError):
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@pytest.fixture
+def fake_clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def running() -> Callable[[int], bool]:
+    """Whether process ``pid`` still runs (a zombie does not: it holds nothing and only waits to be reaped)."""
+    return _running
 
 
 @pytest.fixture

@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import pwd
+import shutil
 import signal
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
 
 import pytest
 
-from agent.client import TaskKey
+from agent.client import PortalClient, StartOrder, TaskKey
+from agent.loop import Agent, Backoff
+from agent.pid_records import PidRecords
+from agent.runner import Runner
+from agent.watchdog import LeaseFile
 
 
 def test_registers_with_its_gpus_then_heartbeats(portal, make_agent) -> None:
@@ -17,6 +29,7 @@ def test_registers_with_its_gpus_then_heartbeats(portal, make_agent) -> None:
     assert registration["hostname"] == "node-a" and registration["address"] == "127.0.0.1"
     assert registration["agent_version"]
     assert [gpu["uuid"] for gpu in registration["gpus"]] == ["GPU-test-0", "GPU-test-1"]
+    assert registration["clean"] is True  # nothing ran here before
     assert portal.heartbeats == [{"tasks": []}]
 
 
@@ -63,6 +76,18 @@ def test_kill_escalates_to_sigkill_after_the_grace_sent_by_the_portal(portal, ma
     portal.kill(6, grace=0.2)
     step_until(agent, lambda: (portal.last(6) or {}).get("state") == "exited")
     assert portal.last(6)["exit_code"] == -signal.SIGKILL
+
+
+def test_kill_with_no_grace_sends_sigkill_at_once(portal, make_agent, step_until) -> None:
+    agent = make_agent(portal.url, grace=5.0)
+    portal.add_task(16, "trap 'echo got TERM' TERM; echo ready; while :; do sleep 0.02; done")
+    step_until(agent, lambda: "ready" in portal.log(16))
+    portal.kill(16, grace=0)
+    started = time.monotonic()
+    step_until(agent, lambda: (portal.last(16) or {}).get("state") == "exited")
+    assert time.monotonic() - started < 1.0
+    assert portal.last(16)["exit_code"] == -signal.SIGKILL
+    step_until(agent, lambda: portal.log(16) == "ready\n")  # the whole log: no SIGTERM reached the job first
 
 
 def test_signal_orders_reach_the_job_once_without_stopping_it(portal, make_agent, step_until) -> None:
@@ -145,25 +170,129 @@ def test_starts_before_the_portal_is_up(portal, make_agent, step_until) -> None:
 
 
 @pytest.mark.parametrize("status", [401, 409])
-def test_register_again_stops_the_requeued_tasks_and_registers(status, portal, make_agent, step_until) -> None:
+def test_register_again_sigkills_the_requeued_tasks_and_registers_clean(
+    status, portal, make_agent, step_until, running
+) -> None:
+    # Ref: #15. The portal has requeued them: stale duplicates, killed at once (no grace), seen gone, then clean.
     portal.register_again_status = status
-    agent = make_agent(portal.url)
-    portal.add_task(12, "echo ready; sleep 30")
+    agent = make_agent(portal.url, grace=5.0)
+    portal.add_task(12, "trap 'echo got TERM' TERM; echo ready; while :; do sleep 0.02; done")
     step_until(agent, lambda: "ready" in portal.log(12))
     pid = portal.last(12)["pid"]
     portal.register_again = True
+    started = time.monotonic()
     step_until(agent, lambda: len(portal.registrations) == 2)
+    assert time.monotonic() - started < 2.0  # far less than the 5 s grace
     assert not agent.runner.tasks
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        pass
-    else:
-        raise AssertionError("a task the portal requeued was left running")
+    assert not running(pid), "a task the portal requeued was left running"
+    assert portal.registrations[1]["clean"] is True
+    assert "got TERM" not in (agent.runner.jobs_dir / "12-1-0" / "output.log").read_text()
     # The requeued attempt must never run again here, even if a stale start order for it arrives.
     portal.sticky_start = True
     agent.step()
     assert not agent.runner.tasks
+
+
+def test_jobs_a_crashed_agent_left_are_sigkilled_before_registering_clean(portal, make_agent, tmp_path) -> None:
+    # Ref: #15. The first agent's runner plays a predecessor that died without stopping its job.
+    crashed = Runner(tmp_path / "work0")  # the workdir make_agent gives its first agent
+    command = "trap 'echo got TERM' TERM; while :; do sleep 0.02; done"
+    task = crashed.start(StartOrder(TaskKey(3, 1, 0), command, (0,), {}))
+    agent = make_agent(portal.url, grace=5.0)
+    agent.step()
+    assert portal.registrations[0]["clean"] is True
+    assert task.process is not None and task.process.wait(timeout=1) == -signal.SIGKILL
+    assert "got TERM" not in task.log_path.read_text()
+    assert not list(agent.runner.run_dir.glob("*.json"))
+
+
+def test_lease_expiry_sigkills_every_task_and_registers_again(portal, make_agent, step_until, fake_clock) -> None:
+    # Ref: #15. No heartbeat through for the lease, counted from when the last good one was sent: fence.
+    portal.lease_seconds = 5.0
+    agent = make_agent(portal.url, grace=5.0, clock=fake_clock)
+    portal.add_task(30, "trap 'echo got TERM' TERM; echo ready; while :; do sleep 0.02; done")
+    step_until(agent, lambda: "ready" in portal.log(30))
+    task = agent.runner.tasks[TaskKey(30, 1, 0)]
+    portal.down()
+    fake_clock.advance(4.9)
+    for _ in range(3):
+        agent.step()  # heartbeats fail, the lease has not run out yet
+    assert task.alive and agent.registration is not None
+    fake_clock.advance(0.1)
+    agent.step()
+    assert task.process is not None and task.process.wait(timeout=1) == -signal.SIGKILL
+    assert not agent.runner.tasks and TaskKey(30, 1, 0) in agent.finished
+    assert "got TERM" not in task.log_path.read_text()
+    assert "exited" not in portal.states(30)  # a killed duplicate is never reported as a failed job
+    portal.serve()
+    portal.sticky_start = True  # a stale start order for the fenced attempt must not run it again
+    step_until(agent, lambda: len(portal.registrations) == 2 and portal.heartbeats[-1] == {"tasks": []})
+    assert portal.registrations[1]["clean"] is True
+    assert not agent.runner.tasks
+
+
+def test_a_heartbeat_answered_after_the_lease_ran_out_does_not_renew_it(portal, make_agent, step_until, fake_clock):
+    portal.lease_seconds = 5.0
+    agent = make_agent(portal.url, clock=fake_clock)
+    portal.add_task(31, "echo ready; sleep 30")
+    step_until(agent, lambda: "ready" in portal.log(31))
+    task = agent.runner.tasks[TaskKey(31, 1, 0)]
+    portal.before_heartbeat_reply = lambda: fake_clock.advance(6.0)  # the answer takes longer than the lease
+    agent.step()
+    assert task.process is not None and task.process.wait(timeout=1) == -signal.SIGKILL
+    assert agent.registration is None and not agent.runner.tasks
+
+
+def test_good_heartbeats_renew_the_lease_file_the_watchdog_reads(portal, make_agent, fake_clock, tmp_path) -> None:
+    lease_file = LeaseFile(tmp_path / "agent.lease")
+    agent = make_agent(portal.url, clock=fake_clock, lease_file=lease_file)
+    agent.step()
+    assert lease_file.read() is None  # no lease granted, none written
+    portal.lease_seconds = 5.0
+    portal.register_again = True
+    agent.step()  # told to register again: the next registration carries the lease
+    agent.step()
+    lease = lease_file.read()
+    assert lease is not None and lease.seconds == 5.0
+    assert lease.deadline == pytest.approx(time.monotonic() + 5.0, abs=0.5)  # on CLOCK_MONOTONIC, not the agent's
+    fake_clock.advance(2.0)
+    agent.step()
+    renewed = lease_file.read()  # 5 s from the good heartbeat just sent
+    assert renewed is not None and renewed.deadline == pytest.approx(time.monotonic() + 5.0, abs=0.5)
+    portal.down()
+    fake_clock.advance(2.0)
+    agent.step()  # a failed heartbeat renews nothing
+    assert lease_file.read() == renewed
+
+
+def test_without_a_lease_an_outage_stops_nothing(portal, make_agent, step_until, fake_clock) -> None:
+    agent = make_agent(portal.url, clock=fake_clock)  # an older portal grants no lease
+    portal.add_task(32, "echo ready; sleep 30")
+    step_until(agent, lambda: "ready" in portal.log(32))
+    portal.down()
+    fake_clock.advance(3600)
+    agent.step()
+    assert agent.runner.tasks[TaskKey(32, 1, 0)].alive
+
+
+def test_the_lease_is_enforced_between_heartbeats_during_a_long_backoff(portal, make_agent, wait_for, running):
+    portal.lease_seconds = 0.5
+    agent = make_agent(portal.url)
+    agent.backoff = Backoff(60.0, 60.0)  # after the first failed heartbeat the next is a minute away
+    portal.add_task(33, "echo ready; sleep 30")
+    stop = threading.Event()
+    loop = threading.Thread(target=agent.run, args=(stop,), kwargs={"tick": 0.05})
+    loop.start()
+    try:
+        wait_for(lambda: "ready" in portal.log(33))
+        pid = portal.last(33)["pid"]
+        portal.down()
+        went_down = time.monotonic()
+        wait_for(lambda: not running(pid), timeout=3)
+        assert time.monotonic() - went_down < 1.5  # the lease (0.5 s) plus a tick, not the minute of backoff
+    finally:
+        stop.set()
+        loop.join(timeout=5)
 
 
 def test_a_rejected_token_is_retried_not_fatal(portal, make_agent) -> None:
@@ -171,3 +300,46 @@ def test_a_rejected_token_is_retried_not_fatal(portal, make_agent) -> None:
     for _ in range(3):
         assert agent.step() > 0
     assert agent.registration is None and not portal.registrations
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root, to run an agent as an account that cannot kill the job")
+def test_a_group_that_outlives_sigkill_makes_the_registration_unclean(portal) -> None:
+    """Ref: #15. A job process the agent cannot make go away (one stuck in state D; here, a root process that an
+    agent running as ``nobody`` may not signal stands in for it) must not be vouched for: the agent waits its
+    bounded time, logs an ERROR naming the group, and registers ``clean: false``."""
+    nobody = pwd.getpwnam("nobody")
+    workdir = Path(tempfile.mkdtemp(prefix="corral-unclean-"))
+    workdir.chmod(0o755)
+    stuck = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        PidRecords(workdir / "run").write(TaskKey(5, 1, 0), stuck.pid)
+        (workdir / "run").chmod(0o755)
+        read_end, write_end = os.pipe()
+        child = os.fork()
+        if child == 0:  # the agent, as nobody: a forked copy of this process, so it needs no access to the venv
+            status = 1
+            try:
+                os.close(read_end)
+                os.setgroups([])
+                os.setgid(nobody.pw_gid)
+                os.setuid(nobody.pw_uid)
+                handler = logging.StreamHandler(os.fdopen(write_end, "w"))
+                logging.getLogger("agent").addHandler(handler)
+                client = PortalClient(portal.url, lambda: portal.token, timeout=2.0)
+                agent = Agent(client, Runner(workdir), hostname="node-a", address="127.0.0.1", gpus=[], kill_wait=0.3)
+                status = 0 if agent.register() else 2
+                handler.flush()
+            finally:
+                os._exit(status)
+        os.close(write_end)
+        with os.fdopen(read_end) as pipe:
+            output = pipe.read()
+        assert os.waitpid(child, 0)[1] == 0, output
+        assert stuck.poll() is None
+        (registration,) = portal.registrations
+        assert registration["clean"] is False
+        assert f"process group(s) {stuck.pid} survived SIGKILL" in output
+    finally:
+        stuck.kill()
+        stuck.wait()
+        shutil.rmtree(workdir)

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -109,3 +110,68 @@ def test_agent_process_end_to_end(portal, tmp_path: Path, wait_for) -> None:
     assert agent.returncode == 0
     assert "Traceback" not in agent_log.read_text()
     assert not running(pid)
+
+
+def watchdog_of(agent_pid: int) -> int | None:
+    """The pid of the agent's watchdog (its child running ``agent.watchdog``), if it runs."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            command = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == agent_pid and b"agent.watchdog" in command:
+            return int(entry.name)
+    return None
+
+
+def test_a_stopped_agents_jobs_die_at_lease_expiry_and_it_registers_clean_after(
+    portal, tmp_path: Path, wait_for
+) -> None:
+    """SIGSTOP the agent: it cannot kill anything, so its watchdog SIGKILLs the job once the lease (0.5 s) has run
+    out. Resumed, the agent sees its lease expired, never reports the killed job, and registers clean. On SIGTERM
+    it stops its watchdog and exits 0. Ref: #15"""
+    portal.lease_seconds = 0.5
+    log_file = (tmp_path / "agent.log").open("w")
+    agent = subprocess.Popen(
+        agent_command(
+            "--server", portal.url, "--token", portal.token, "--name", "sim-2", "--fake-gpus", "1",
+            "--workdir", str(tmp_path / "work"), "--allow-root", "--grace", "5",
+        ),
+        env=clean_env(),
+        cwd=tmp_path,
+        stderr=log_file,
+    )  # fmt: skip
+    watchdog = None
+    try:
+        portal.add_task(22, "trap '' TERM; echo ready > ready; sleep 60", gpus=[0])
+        wait_for(lambda: "running" in portal.states(22), timeout=10)
+        wait_for((tmp_path / "work" / "jobs" / "22-1-0" / "ready").exists, timeout=5)
+        job = portal.last(22)["pid"]
+        watchdog = watchdog_of(agent.pid)
+        assert watchdog is not None and running(watchdog)
+        agent.send_signal(signal.SIGSTOP)
+        stopped = time.monotonic()
+        wait_for(lambda: not running(job), timeout=5)
+        assert time.monotonic() - stopped < 2.0
+        agent.send_signal(signal.SIGCONT)
+        wait_for(lambda: len(portal.registrations) == 2, timeout=10)
+        assert portal.registrations[1]["clean"] is True
+        assert "exited" not in portal.states(22)  # the killed duplicate was never reported as a failed job
+        agent.send_signal(signal.SIGTERM)
+        agent.wait(timeout=10)
+    finally:
+        if agent.poll() is None:
+            agent.send_signal(signal.SIGCONT)
+            agent.kill()
+            agent.wait()
+        log_file.close()
+        if watchdog is not None and running(watchdog):
+            os.kill(watchdog, signal.SIGKILL)
+    assert agent.returncode == 0
+    text = (tmp_path / "agent.log").read_text()
+    assert "Traceback" not in text and "lease of agent" in text
+    assert watchdog is not None and not running(watchdog)  # stopped with its agent
+    assert not list((tmp_path / "work" / "run").iterdir())  # no record, no lease file left behind

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from agent.client import StartOrder, TaskKey, TaskState
+from agent.pid_records import AgentId
 from agent.runner import Runner, Task
 
 ROOT = os.geteuid() == 0
@@ -226,20 +227,69 @@ def test_forget_drops_finished_tasks_and_stops_running_ones(runner: Runner) -> N
     assert running.key not in runner.tasks
 
 
-def test_a_restarted_agent_stops_the_jobs_its_predecessor_left(tmp_path: Path) -> None:
-    crashed = Runner(tmp_path / "work")
-    task = crashed.start(order(1, "echo ready; sleep 30"))
+def test_kill_with_no_grace_sends_sigkill_at_once(runner: Runner) -> None:
+    task = runner.start(order(1, "trap 'echo got TERM' TERM; echo ready; while :; do sleep 0.02; done"))
     wait_log(task, "ready")
-    records = list((tmp_path / "work" / "run").glob("*.json"))
-    assert len(records) == 1
+    started = time.monotonic()
+    runner.kill(task.key, grace=0)
+    assert wait_exit(runner, task) == -signal.SIGKILL
+    assert time.monotonic() - started < 1.0
+    assert "got TERM" not in task.log_path.read_text()  # no SIGTERM went first
+
+
+def test_pid_records_name_the_agent_that_wrote_them(runner: Runner) -> None:
+    task = runner.start(order(1, "sleep 30"))
+    (record,) = runner.pid_records.read()
+    data = json.loads((runner.run_dir / "1-1-0.json").read_text())
+    assert data["pid"] == task.pid and data["agent_pid"] == os.getpid()
+    assert record.agent == AgentId.current() and record.group_alive()
+    runner.kill(task.key, 0)
+    wait_exit(runner, task)
+    runner.poll()
+    assert not runner.pid_records.read()  # the record goes once the whole group is gone
+
+
+def test_a_restarted_agent_sigkills_the_jobs_its_predecessor_left(tmp_path: Path) -> None:
+    # Ref: #15. They were requeued by the portal: stale duplicates, killed at once and seen gone before registering.
+    crashed = Runner(tmp_path / "work")
+    task = crashed.start(order(1, "trap 'echo got TERM' TERM; echo ready; while :; do sleep 0.02; done"))
+    wait_log(task, "ready")
+    assert len(list((tmp_path / "work" / "run").glob("*.json"))) == 1
     # A record whose start time does not match (a recycled pid) must not be signalled.
     (tmp_path / "work" / "run" / "9-1-0.json").write_text(json.dumps({"pid": os.getpid(), "start_ticks": 1}))
 
     successor = Runner(tmp_path / "work")
-    assert successor.kill_orphans(grace=0.3) == 1
+    started = time.monotonic()
+    sweep = successor.kill_orphans(wait=5.0)
+    assert time.monotonic() - started < 2.0
+    assert sweep.killed == (task.pid,) and sweep.survivors == () and sweep.clean
     assert task.process is not None
-    assert task.process.wait(timeout=2) == -signal.SIGTERM
+    assert task.process.wait(timeout=2) == -signal.SIGKILL
+    assert "got TERM" not in task.log_path.read_text()
     assert not list((tmp_path / "work" / "run").glob("*.json"))
+
+
+def test_the_children_a_dead_leader_left_are_found_through_its_group(tmp_path: Path) -> None:
+    crashed = Runner(tmp_path / "work")
+    task = crashed.start(order(1, "sleep 30 & echo $! > child.pid; echo ready; exit 0"))
+    wait_log(task, "ready")
+    assert task.process is not None
+    assert task.process.wait(timeout=2) == 0  # the leader is gone and reaped; its child runs on in its group
+    child = int((task.directory / "child.pid").read_text())
+    assert not gone(child)
+
+    sweep = Runner(tmp_path / "work").kill_orphans(wait=5.0)
+    assert sweep.killed == (task.pid,) and sweep.clean
+    assert gone(child)
+
+
+def test_a_running_task_of_this_runner_is_not_an_orphan(runner: Runner) -> None:
+    task = runner.start(order(1, "sleep 30"))
+    sweep = runner.kill_orphans(wait=0.5)
+    assert sweep.killed == () and sweep.clean
+    assert task.alive and not gone(task.pid or 0)
+    runner.kill(task.key, 0)
+    wait_exit(runner, task)
 
 
 def test_prune_deletes_old_untracked_directories_only(runner: Runner) -> None:

@@ -173,9 +173,17 @@ def _roles(case: schemathesis.Case) -> list[str]:
 def _refusals(case: schemathesis.Case) -> tuple[int, ...]:
     """What a request without valid credentials may get: 401 or 403 once it reaches a view. 404 where Django finds no
     URL, or where DRF does not know the output format asked for (``?format=``, ``.suffix``): its content negotiation
-    answers that before it authenticates."""
+    answers that before it authenticates. A NUL character in the URL is refused before anything else looks at it
+    (``portal/web/middleware.py``): 404 in the path, 400 in the query string. Ref: #15"""
+    url_path = unquote(urlsplit(case.formatted_path).path)
+    query = case.query or {}
+    values = [v for value in query.values() for v in (value if isinstance(value, list) else [value])]
+    if "\x00" in url_path:
+        return (404,)
+    if any("\x00" in str(text) for text in [*query, *values]):
+        return (400,)
     try:
-        match = resolve(unquote(urlsplit(case.formatted_path).path))
+        match = resolve(url_path)
     except Resolver404:
         return (404,)
     if "format" in match.kwargs or "format" in (case.query or {}):

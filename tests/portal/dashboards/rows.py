@@ -53,8 +53,8 @@ def gpu(uuid: str) -> Gpu:
 
 
 def allocate(job: Job, gpu: Gpu, *, start: datetime, end: datetime | None, attempt: int = 1) -> Allocation:
-    row = Allocation.objects.create(job=job, attempt=attempt, gpu=gpu, node=gpu.node, rank=0, released_at=end)
-    Allocation.objects.filter(pk=row.pk).update(created_at=start)
+    row = Allocation.objects.create(job=job, attempt=attempt, gpu=gpu, node=gpu.node, rank=0)
+    Allocation.objects.filter(pk=row.pk).update(created_at=start, released_at=end)
     return row
 
 

@@ -10,7 +10,15 @@ from django.utils import timezone
 from portal.jobs.models import Allocation, Job, JobTask
 from portal.jobs.services import job_cancel, job_submit
 from portal.nodes.models import Node
-from portal.nodes.services import GpuReport, TaskReport, node_heartbeat, node_register, nodes_mark_stale_down
+from portal.nodes.services import (
+    GpuReport,
+    NodeFenced,
+    TaskReport,
+    node_heartbeat,
+    node_register,
+    node_release_fenced,
+    nodes_mark_stale_down,
+)
 from portal.scheduler.services import scheduling_round
 from tests.fixtures import World, agent_client
 
@@ -125,7 +133,7 @@ def test_cancel_before_the_agent_started_it(world: World) -> None:
 
 def test_unknown_running_task_is_killed(world: World) -> None:
     reply = node_heartbeat(node=world.nodes[0], reports=[TaskReport(999, 1, 0, "running", pid=5)])
-    assert reply.kill == [{"job": 999, "attempt": 1, "grace_seconds": 10.0}]
+    assert reply.kill == [{"job": 999, "attempt": 1, "grace_seconds": 0}]
 
 
 def test_agent_restart_requeues_its_jobs(world: World) -> None:
@@ -138,11 +146,30 @@ def test_agent_restart_requeues_its_jobs(world: World) -> None:
         address="127.0.0.1",
         agent_version="t",
         gpus=[GpuReport(i, f"GPU-{node.name}-{i}") for i in range(4)],
+        clean=True,
     )
     job.refresh_from_db()
     assert job.state == "pending" and job.hardware_retries == 1
     assert list(job.events.values_list("kind", flat=True)) == ["submitted", "started", "requeued"]
     assert not Allocation.objects.filter(job=job, released_at__isnull=True).exists()
+    scheduling_round()
+    job.refresh_from_db()
+    assert job.state == "running" and job.attempt == 2
+
+
+def test_a_restarted_agent_that_could_not_kill_everything_leaves_the_gpus_fenced(world: World) -> None:
+    """Without the agent's word that its old processes are gone, their GPUs stay held and the job does not start
+    again beside a copy that may still run, until an admin releases them. Ref: #15"""
+    job = _placed(world, gpus=2)
+    node = _node_of(job)
+    node_heartbeat(node=node, reports=[TaskReport(job.pk, 1, 0, "running", pid=7)])
+    gpus = [GpuReport(i, f"GPU-{node.name}-{i}") for i in range(4)]
+    node_register(node=node, hostname="x", address="a", agent_version="t", gpus=gpus, clean=False)
+    assert Allocation.objects.filter(job=job, attempt=1, released_at__isnull=True).count() == 2
+    scheduling_round()
+    job.refresh_from_db()
+    assert (job.state, job.reason_code) == ("pending", "previous_attempt_stopping")
+    assert node_release_fenced(node=node, by="admin") == 2
     scheduling_round()
     job.refresh_from_db()
     assert job.state == "running" and job.attempt == 2
@@ -164,6 +191,16 @@ def test_silent_node_goes_down_and_its_gang_restarts_whole(world: World) -> None
     reply = node_heartbeat(node=n2, reports=[TaskReport(job.pk, 1, rank_n2, "running", pid=9)])
     assert reply.kill and Allocation.objects.filter(job=job, node=n2, released_at__isnull=True).count() == 4
     node_heartbeat(node=n2, reports=[TaskReport(job.pk, 1, rank_n2, "exited", exit_code=-15)])
+    # n1's GPUs stay fenced: its processes may still run until its agent registers again having killed them.
+    assert set(Allocation.objects.filter(job=job, released_at__isnull=True).values_list("node", flat=True)) == {n1.pk}
+    node_register(
+        node=n1,
+        hostname="x",
+        address="a",
+        agent_version="t",
+        gpus=[GpuReport(i, f"GPU-n1-{i}") for i in range(4)],
+        clean=True,
+    )
     assert not Allocation.objects.filter(job=job, released_at__isnull=True).exists()
 
 
@@ -172,7 +209,7 @@ def test_hardware_retries_are_bounded(world: World, settings) -> None:  # noqa: 
     job = _placed(world)
     node = _node_of(job)
     gpus = [GpuReport(i, f"GPU-{node.name}-{i}") for i in range(4)]
-    node_register(node=node, hostname="x", address="a", agent_version="t", gpus=gpus)  # retry 1: requeued
+    node_register(node=node, hostname="x", address="a", agent_version="t", gpus=gpus, clean=True)  # retry 1
     scheduling_round()
     job.refresh_from_db()
     node_register(
@@ -181,6 +218,7 @@ def test_hardware_retries_are_bounded(world: World, settings) -> None:  # noqa: 
         address="a",
         agent_version="t",
         gpus=[GpuReport(i, f"GPU-{_node_of(job).name}-{i}") for i in range(4)],
+        clean=True,
     )
     job.refresh_from_db()
     assert job.state == "failed" and "gave up after 1 hardware retries" in job.events.last().reason
@@ -228,11 +266,16 @@ def test_duplicate_gpu_uuids_are_a_400(world: World) -> None:
     assert response.status_code == 400 and "gpus" in response.json()
 
 
-def test_a_down_node_that_heartbeats_again_is_up(world: World) -> None:
+def test_a_down_node_must_register_again_before_it_is_up(world: World) -> None:
+    """A heartbeat does not bring a node marked down back: its agent must kill what it ran and register. Ref: #15"""
     n1 = world.nodes[0]
     Node.objects.filter(pk=n1.pk).update(last_heartbeat=timezone.now() - timedelta(minutes=5))
     assert nodes_mark_stale_down() == ["n1"]
-    node_heartbeat(node=Node.objects.get(pk=n1.pk), reports=[])
+    with pytest.raises(NodeFenced):
+        node_heartbeat(node=Node.objects.get(pk=n1.pk), reports=[])
+    assert Node.objects.get(pk=n1.pk).state == "down"
+    gpus = [GpuReport(i, f"GPU-n1-{i}") for i in range(4)]
+    node_register(node=n1, hostname="x", address="a", agent_version="t", gpus=gpus, clean=True)
     n1.refresh_from_db()
     assert (n1.state, n1.state_reason) == ("up", "")
 

@@ -34,13 +34,17 @@ def _next_round_places_it_elsewhere(job: Job, bad: Gpu, task_node, eve) -> None:
     # The agent is told to kill the old process; until it reports the exit, the old allocation stays held.
     reply = node_heartbeat(node=task_node, reports=[TaskReport(job.pk, 1, 0, "running", pid=4242)])
     assert reply.kill == [{"job": job.pk, "attempt": 1, "grace_seconds": 10.0}]
+    # Nor does the job start again while that process lives: it would run twice. Ref: #15
+    scheduling_round()
+    job.refresh_from_db()
+    assert (job.state, job.attempt, job.reason_code) == ("pending", 1, "previous_attempt_stopping")
+    node_heartbeat(node=task_node, reports=[TaskReport(job.pk, 1, 0, "exited", exit_code=-15)])
     scheduling_round()
     job.refresh_from_db()
     assert job.state == "running" and job.attempt == 2
     (placed,) = Allocation.objects.filter(job=job, attempt=2)
     assert placed.gpu_id != bad.pk
-    # Even once the old process exits and frees the bad GPU, nothing is placed there: fill the cluster and look.
-    node_heartbeat(node=task_node, reports=[TaskReport(job.pk, 1, 0, "exited", exit_code=-15)])
+    # Even once the old process has exited and freed the bad GPU, nothing is placed there: fill the cluster and look.
     fillers = [job_submit(user=eve, command="fill", gpus=1) for _ in range(7)]
     scheduling_round()
     assert Job.objects.filter(pk__in=[f.pk for f in fillers], state="running").count() == 6  # 8 GPUs - bad - job
