@@ -9,7 +9,7 @@ random part of the stack, each undone before the next begins.
   to the first ``pg_isready`` that answers.
 
 An agent's jobs are not its process group's, so ``kill9`` and ``stop`` leave them running, as on a real node whose
-agent crashed or hung. Half of the agent faults are *aimed*: they go to an agent that runs a rank of a gang spanning
+agent crashed or hung. Three in four agent faults are *aimed*: they go to an agent that runs a rank of a gang spanning
 nodes at that moment (read from the live stamp files), because that is where a lost node must stop a whole gang.
 """
 
@@ -27,7 +27,7 @@ from chaos_stack import Stack
 #: How often each kind of target is picked (agents share theirs).
 WEIGHTS = {"agent": 45, "worker": 12, "beat": 8, "web": 12, "redis": 10, "postgres": 13}
 LONG_STOP_SHARE = 0.4
-AIMED_SHARE = 0.5
+AIMED_SHARE = 0.75
 #: A stamp file written to this recently belongs to a live process (jobs stamp once a second).
 LIVE_SECONDS = 2.0
 
