@@ -13,7 +13,7 @@ from typing import Any
 from chaos_driver import TERMINAL, Driver, JobSpec, Tenant
 from chaos_faults import Monkey
 from chaos_stack import Stack, Timings
-from chaos_stamps import CapSample, Instance, Overlap, StampReport, overlap_seconds
+from chaos_stamps import CapSample, Instance, Overlap, StampReport, overlap_seconds, seconds_figure
 
 LISTED = 10  # incidents and examples listed per kind
 INCIDENTS = 5  # full timelines
@@ -45,7 +45,7 @@ def _rel(t: float | None, t0: float) -> float | None:
 
 def _overlaps(items: Sequence[Overlap], t0: float) -> list[dict[str, Any]]:
     return [
-        {"where": o.where, "a": o.a, "b": o.b, "at": _rel(o.start, t0), "seconds": round(o.seconds, 3)}
+        {"where": o.where, "a": o.a, "b": o.b, "at": _rel(o.start, t0), "seconds": seconds_figure(o.seconds)}
         for o in sorted(items, key=lambda o: o.start)[:LISTED]
     ]
 

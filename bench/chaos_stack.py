@@ -391,3 +391,53 @@ def _tail(proc: Proc, lines: int = 30) -> str:
         return "\n".join(proc.logfile.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return ""
+
+
+def _proc_state(pid: int) -> tuple[str, int] | None:
+    """(state letter, start time in clock ticks) of ``pid``, or None when there is no such process."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return fields[0], int(fields[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+class DeathWatch:
+    """Notices within about ``POLL`` seconds when the process behind each stamp file is gone (no such pid, a
+    zombie, or a pid reused by another process), so that a process killed without a last stamp gets an upper
+    bound on its end far tighter than its last stamp plus the slack. File names end in the writer's pid."""
+
+    POLL = 0.1
+
+    def __init__(self, stamps: Path) -> None:
+        self.stamps = stamps
+        self.started: dict[str, int] = {}  # file -> its writer's start ticks, seen alive
+        self.dead: dict[str, float] = {}  # file -> epoch seconds at which its writer was first seen gone
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="death-watch", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def finish(self) -> None:
+        self._stop.set()
+        self.thread.join()
+        self.poll()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.POLL):
+            self.poll()
+
+    def poll(self) -> None:
+        now = time.time()
+        with os.scandir(self.stamps) as entries:
+            names = [e.name for e in entries if e.name not in self.dead]
+        for name in names:
+            try:
+                pid = int(name.rsplit(".", 1)[1])
+            except (IndexError, ValueError):
+                continue
+            state = _proc_state(pid)
+            alive = state is not None and state[0] != "Z" and self.started.setdefault(name, state[1]) == state[1]
+            if not alive:
+                self.dead[name] = now

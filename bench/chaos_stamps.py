@@ -14,9 +14,10 @@ overlap only where their proven intervals intersect, measured with the stamps' s
 inside one wall-clock second (A's last stamp at 10.3, B's first at 10.8) is no overlap, while two processes both
 proven alive in one second (A's last stamp at 10.8, B's first at 10.3) overlap for 0.5 s. The proven figures are
 lower bounds: a process that was SIGKILLed (no ``term``/``end`` line) may have lived up to one stamp period past
-its last stamp. The ``possible`` figures extend such instances by ``slack`` seconds (the period plus the cost of a
-stamp) and are upper bounds; a fencing fix must bring the proven figures to 0 and should bring the possible ones
-to 0 too.
+its last stamp. The ``possible`` figures extend such instances to when a watcher polling every 0.1 s first saw the
+process gone (``chaos_stack.DeathWatch``), or by ``slack`` seconds (the period plus the cost of a stamp) when it
+has no such time, and are upper bounds. A fencing fix must bring the proven figures to 0 and should bring the
+possible ones to 0 too.
 """
 
 from __future__ import annotations
@@ -48,14 +49,21 @@ class Instance:
     ended: str | None  # "term" or "end" when the last line says the process was about to exit; None otherwise
     lines: int
     events: dict[str, int] = field(default_factory=dict)
+    died_by: float | None = None  # when a watcher first saw the process gone (an upper bound on its end)
 
     @property
     def ident(self) -> str:
         return f"job {self.job} attempt {self.attempt} rank {self.rank} on {self.node}"
 
     def span(self, slack: float = 0.0) -> tuple[float, float]:
-        """The proven interval, or (``slack`` > 0) the possible one."""
-        return (self.first, self.last if self.ended or not slack else self.last + slack)
+        """The proven interval, or (``slack`` > 0) the possible one: to the last stamp plus ``slack`` or to when
+        the process was seen gone, whichever is earlier, for a process that did not end cleanly."""
+        if self.ended or not slack:
+            return (self.first, self.last)
+        end = self.last + slack
+        if self.died_by is not None:
+            end = min(end, max(self.died_by, self.last))
+        return (self.first, end)
 
 
 def parse_line(line: str) -> tuple[str, int, int, int, str, tuple[int, ...], float] | None:
@@ -89,9 +97,13 @@ def read_instance(path: Path) -> Instance | None:
     return instance
 
 
-def read_stamps(directory: Path) -> list[Instance]:
-    found = (read_instance(p) for p in sorted(directory.iterdir()) if p.is_file())
-    return [i for i in found if i is not None]
+def read_stamps(directory: Path, deaths: Mapping[str, float] | None = None) -> list[Instance]:
+    """Every instance in ``directory``; ``deaths`` (file name -> when its writer was seen gone) bounds the
+    possible intervals (``chaos_stack.DeathWatch``)."""
+    found = [i for i in (read_instance(p) for p in sorted(directory.iterdir()) if p.is_file()) if i is not None]
+    for instance in found:
+        instance.died_by = (deaths or {}).get(instance.path)
+    return found
 
 
 # --- overlaps -----------------------------------------------------------------------------------------------
