@@ -133,15 +133,6 @@ def _pg_ready(port: int) -> bool:
     return subprocess.run(probe, stdin=subprocess.DEVNULL).returncode == 0
 
 
-def _redis_ready(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
-            s.sendall(b"PING\r\n")
-            return s.recv(64).startswith(b"+PONG")
-    except OSError:
-        return False
-
-
 class Service:
     """PostgreSQL or Redis, started once by ``scripts/test_servers.py`` and restarted here with the same argv.
 
@@ -241,7 +232,7 @@ class Stack:
         self.pg.down(signal.SIGINT)
         self.pg.up()
         server, rurl = test_servers.start_redis(root)
-        self.redis = Service("redis", server, rurl, root / "redis", lambda: _redis_ready(_port(rurl)))
+        self.redis = Service("redis", server, rurl, root / "redis", lambda: test_servers.redis_answers(_port(rurl)))
         keep = {k: v for k, v in os.environ.items() if not k.startswith(("CORRAL_", "DJANGO_", "CELERY_"))}
         for name in ("DATABASE_URL", "REDIS_URL", "DEBUG", "SECRET_KEY", "LOG_LEVEL"):
             keep.pop(name, None)

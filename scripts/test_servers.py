@@ -197,6 +197,16 @@ def spawn(name: str, argv: list[str], logfile: Path, *, cwd: Path, **kwargs: obj
         )
 
 
+def redis_answers(port: int) -> bool:
+    """Whether the Redis on loopback ``port`` answers PING (also used by bench/chaos_stack.py after a restart)."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+            s.sendall(b"PING\r\n")
+            return s.recv(64).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
 def wait_until(server: Server, ready: Callable[[], bool], what: str) -> None:
     deadline = time.monotonic() + START_TIMEOUT
     while time.monotonic() < deadline:
@@ -283,15 +293,7 @@ def start_redis(root: Path) -> tuple[Server, str]:
     ]  # fmt: skip
     server = Server("redis", spawn("redis", argv, logfile, cwd=rroot), logfile, signal.SIGTERM)
 
-    def pongs() -> bool:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
-                s.sendall(b"PING\r\n")
-                return s.recv(64).startswith(b"+PONG")
-        except OSError:
-            return False
-
-    wait_until(server, pongs, "answering PING")
+    wait_until(server, lambda: redis_answers(port), "answering PING")
     return server, f"redis://127.0.0.1:{port}/0"
 
 

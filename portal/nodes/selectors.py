@@ -28,10 +28,13 @@ def stopping_gpu_ids() -> set[int]:
     return set(stopping_allocations().values_list("gpu_id", flat=True))
 
 
-def fenced_gpu_counts() -> Counter[int]:
-    """Node id -> GPUs its lost tasks still hold: a node with any is *fenced* until its agent registers again having
-    killed what it ran, or an admin releases them. One query."""
-    return Counter(fenced_allocations().values_list("node_id", flat=True))
+def fenced_gpu_counts(*, node: Node | None = None) -> Counter[int]:
+    """Node id -> GPUs its lost tasks still hold (of ``node`` only, when given): a node with any is *fenced* until its
+    agent registers again having killed what it ran, or an admin releases them. One query."""
+    rows = fenced_allocations()
+    if node is not None:
+        rows = rows.filter(node=node)
+    return Counter(rows.values_list("node_id", flat=True))
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,7 +42,7 @@ def node_detail_view(request: HttpRequest, name: str) -> HttpResponse:
         "page": page,
         "node": page.node,
         "cordon_rule": cordon_rule(),
-        "fenced": fenced_gpu_counts()[page.node.pk],
+        "fenced": fenced_gpu_counts(node=page.node)[page.node.pk],
     }
     if is_htmx(request):
         return render(request, "nodes/partials/_gpu_panel.html", context)
