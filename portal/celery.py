@@ -19,11 +19,11 @@ def _periodic_tasks(sender: Celery, **_: object) -> None:
     from django.conf import settings
 
     from portal.queue import (
+        BEAT_ROUND,
         PRUNE_ROUNDS,
         PRUNE_SAMPLES,
         REFRESH_START_FORECASTS,
         ROLLUP_SAMPLES,
-        SCHEDULE_ROUND,
         SCORE_GPUS,
         SWEEP_NODES,
         SWEEP_WHATIF_RUNS,
@@ -31,9 +31,9 @@ def _periodic_tasks(sender: Celery, **_: object) -> None:
     )
 
     every = settings.CORRAL_SCHEDULE_EVERY
-    # A round every few seconds catches whatever the on-commit kicks missed (a worker restart, a lost message);
-    # it expires after one period, so a backlog never turns into a burst of redundant rounds.
-    sender.add_periodic_task(every, _task(SCHEDULE_ROUND), expires=every, name="schedule-round")
+    # Every few seconds: time limits, and a full round when one is due (asked for and maybe lost, a preemptive
+    # policy, or none for CORRAL_IDLE_ROUND_EVERY); it expires after one period, so a backlog never bursts.
+    sender.add_periodic_task(every, _task(BEAT_ROUND), expires=every, name="schedule-round")
     # Liveness: a third of the node timeout (at most 10 s), so a dead node's jobs are requeued within about
     # 1.3 x CORRAL_NODE_TIMEOUT.
     sweep = min(10.0, max(1.0, settings.CORRAL_NODE_TIMEOUT / 3))

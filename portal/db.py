@@ -24,3 +24,12 @@ class EpochSeconds(Func):
 
     def as_sqlite(self, compiler: SQLCompiler, connection: BaseDatabaseWrapper, **extra: Any) -> _AsSqlType:
         return self.as_sql(compiler, connection, template="((julianday(%(expressions)s) - 2440587.5) * 86400.0)")
+
+
+def cache_key(key: str, key_prefix: str, version: int) -> str:
+    """The shared cache's key for ``key``: prefixed with the database's name, read when the key is made, so that
+    everything using one database (web servers, workers, a test run and the workers it starts on its test
+    database) shares flags, and two sites or two test databases on one Redis never do."""
+    from django.db import connection  # noqa: PLC0415 - at call time: a test run renames the database after start
+
+    return f"corral:{connection.settings_dict['NAME']}:{key_prefix}:{version}:{key}"

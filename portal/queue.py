@@ -16,6 +16,7 @@ from django.utils.module_loading import autodiscover_modules
 
 #: The scheduling loop (``portal.scheduler.tasks``).
 SCHEDULE_ROUND = "scheduler.schedule_round"
+BEAT_ROUND = "scheduler.beat_round"
 REFRESH_START_FORECASTS = "scheduler.refresh_start_forecasts"
 PRUNE_ROUNDS = "scheduler.prune_rounds"
 #: Node liveness (``portal.nodes.tasks``).
@@ -32,6 +33,7 @@ SWEEP_WHATIF_RUNS = "whatif.sweep_runs"
 
 TASK_NAMES = (
     SCHEDULE_ROUND,
+    BEAT_ROUND,
     REFRESH_START_FORECASTS,
     PRUNE_ROUNDS,
     SWEEP_NODES,
@@ -57,6 +59,13 @@ def enqueue(name: str, *args: Any) -> None:
     if name not in current_app.tasks:
         autodiscover_modules("tasks")  # each installed app's tasks module, as the admin finds admin modules
     current_app.signature(name, args=args).delay()
+
+
+def enqueue_later(name: str, *args: Any, countdown: float) -> None:
+    """Queue task ``name`` to run ``countdown`` seconds from now (at once under ``task_always_eager``)."""
+    if name not in current_app.tasks:
+        autodiscover_modules("tasks")
+    current_app.signature(name, args=args).apply_async(countdown=countdown)
 
 
 def enqueue_on_commit(name: str, *args: Any) -> None:

@@ -237,6 +237,28 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_ALWAYS_EAGER = env.bool("CELERY_TASK_ALWAYS_EAGER", default=False)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 
+# --- Cache ---------------------------------------------------------------------------------------------------
+# Shared by web servers and workers: the coalesced round requests (portal.rounds) live here. Redis when REDIS_URL
+# is set, else files under the data directory (the embedded default's processes share no memory). Keys carry the
+# database's name (portal.db.cache_key), so two sites (or two test runs) on one Redis never see each other's flags.
+if REDIS_URL:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_FUNCTION": "portal.db.cache_key",
+            "OPTIONS": {"socket_connect_timeout": 2, "socket_timeout": 2},
+        }
+    }
+else:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
+            "LOCATION": str(DATA_DIR / "cache"),
+            "KEY_FUNCTION": "portal.db.cache_key",
+        }
+    }
+
 # --- Corral --------------------------------------------------------------------------------------------------
 #: Scheduling policy and placement model used by the live loop (names from scheduling.core).
 CORRAL_POLICY: str = env.str("CORRAL_POLICY", default="fifo")
@@ -253,6 +275,11 @@ CORRAL_KILL_GRACE: float = env.float("CORRAL_KILL_GRACE", default=10.0)
 CORRAL_LEASE_SECONDS: float = env.float("CORRAL_LEASE_SECONDS", default=30.0)
 #: Beat cadence of the scheduling round and the node-liveness sweep (seconds).
 CORRAL_SCHEDULE_EVERY: float = env.float("CORRAL_SCHEDULE_EVERY", default=5.0)
+#: Changes ask for a round through one shared flag (portal.rounds): the round waits this long after the first
+#: request, so a burst of submissions is placed by one round. The beat round runs a full round only when one was
+#: asked for, when the policy preempts (its priorities move with time), or at least every CORRAL_IDLE_ROUND_EVERY.
+CORRAL_ROUND_COALESCE_SECONDS: float = env.float("CORRAL_ROUND_COALESCE_SECONDS", default=0.25)
+CORRAL_IDLE_ROUND_EVERY: float = env.float("CORRAL_IDLE_ROUND_EVERY", default=60.0)
 #: Seconds between start forecasts for pending jobs ("when should it start"), and how far ahead they look.
 CORRAL_FORECAST_EVERY: float = env.float("CORRAL_FORECAST_EVERY", default=30.0)
 CORRAL_FORECAST_HORIZON: float = env.float("CORRAL_FORECAST_HORIZON", default=7 * 86_400.0)

@@ -10,7 +10,8 @@ from portal.jobs.models import JOB_STATE_CHOICES, Job
 
 
 class JobFilter(django_filters.FilterSet):
-    state = django_filters.MultipleChoiceFilter(choices=JOB_STATE_CHOICES)
+    # distinct=False: one row per job already; django-filter's default DISTINCT over every column cost a full scan.
+    state = django_filters.MultipleChoiceFilter(choices=JOB_STATE_CHOICES, distinct=False)
     tenant = django_filters.CharFilter(field_name="tenant__slug")
     user = django_filters.CharFilter(field_name="user__username")
     name = django_filters.CharFilter(field_name="name", lookup_expr="icontains")

@@ -29,7 +29,7 @@ from portal.jobs.models import (
 from portal.jobs.selectors import jobs_awaiting_previous_attempt
 from portal.jobs.validation import check_fits, membership, resolve_tenant, validate_spec
 from portal.jobs.waiting import jobs_set_wait_reasons
-from portal.queue import SCHEDULE_ROUND, enqueue_on_commit
+from portal.rounds import request_round
 from portal.telemetry.exits import XidBlame, fatal_xid_near_exit, xid_exit_window
 from portal.tenants.models import Quota, Role, Tenant
 from scheduling.core.durations import format_duration
@@ -47,9 +47,9 @@ def _record(job: Job, kind: str, *, actor: str, reason: str = "", from_state: st
 
 def _kick_scheduler() -> None:
     """Ask for a scheduling round once the current transaction commits (submit, finish, cancel all free or
-    need GPUs). If the broker is briefly unreachable the change still stands and the beat-driven round places the
-    job a few seconds later."""
-    enqueue_on_commit(SCHEDULE_ROUND)
+    need GPUs). Coalesced (``portal.rounds``): a burst of changes is placed by one round, not one round each. If the
+    cache or broker is briefly unreachable the change still stands and the beat round places the job shortly."""
+    request_round()
 
 
 def job_transition(job: Job, target: JobState, *, kind: str, actor: str, reason: str = "") -> Job:

@@ -9,6 +9,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from django.db import connection, transaction
+
+from portal.db import EpochSeconds
 from portal.jobs.models import Job
 from scheduling.core.forecast import StartOutlook
 from scheduling.core.model import WaitReason
@@ -16,6 +19,8 @@ from scheduling.core.states import JobState
 
 #: Rows written per UPDATE statement by the forecast.
 _BATCH = 500
+#: Above this many jobs, reads filter on state rather than on a list of ids.
+_IN_LIST_MAX = 2000
 
 
 def reason_text(code: WaitReason, detail: str) -> str:
@@ -26,7 +31,10 @@ def reason_text(code: WaitReason, detail: str) -> str:
 def jobs_set_wait_reasons(*, reasons: Mapping[int, tuple[WaitReason, str]]) -> None:
     """Write each still-pending job's reason (code and detail). Reasons change rarely between rounds: only the ones
     that differ are written, grouped into one UPDATE per distinct text."""
-    current = dict(Job.objects.filter(pk__in=list(reasons), state=JobState.PENDING.value).values_list("pk", "reason"))
+    pending = Job.objects.filter(state=JobState.PENDING.value)
+    if len(reasons) <= _IN_LIST_MAX:  # a long IN list costs more to bind than reading every pending row's reason
+        pending = pending.filter(pk__in=list(reasons))
+    current = dict(pending.values_list("pk", "reason"))
     groups: dict[tuple[WaitReason, str], list[int]] = defaultdict(list)
     for job_id, (code, detail) in reasons.items():
         text = reason_text(code, detail)
@@ -44,16 +52,66 @@ class StartForecast:
     at: float | None
 
 
-def jobs_set_start_forecasts(*, forecasts: Mapping[int, StartForecast], made_at: datetime) -> None:
-    """Store each job's start forecast, stamped ``made_at`` (a forecast older than the job's entry into the queue
-    is never shown). Written in batches, atomically."""
+#: A new expected start closer than this to the stored one is not written: the page rounds to the minute anyway.
+FORECAST_TOLERANCE = 60.0
+
+
+def jobs_set_start_forecasts(*, forecasts: Mapping[int, StartForecast], made_at: datetime) -> int:
+    """Store each pending job's start forecast where it changed, stamped ``made_at``; returns how many were written.
+
+    A forecast older than the job's entry into the queue is never shown, so a requeued job always gets its new one.
+    Otherwise only a changed outlook or a start that moved by :data:`FORECAST_TOLERANCE` or more is written: with
+    50,000 pending jobs, rewriting every row every refresh cost most of the refresh (and a full table of dead row
+    versions each time). How fresh the answers are overall is :func:`portal.rounds.forecast_ran_at`.
+    """
+    stored = Job.objects.filter(state=JobState.PENDING.value)
+    if len(forecasts) <= _IN_LIST_MAX:
+        stored = stored.filter(pk__in=list(forecasts))
+    rows = stored.values_list(
+        "pk", "start_outlook", EpochSeconds("expected_start_at"), EpochSeconds("forecast_at"), EpochSeconds("queued_at")
+    )
+    changed: list[tuple[int, StartForecast]] = []
+    for pk, outlook, at, forecast_at, queued_at in rows:
+        new = forecasts.get(pk)
+        if new is None:
+            continue
+        requeued = forecast_at is None or (queued_at is not None and forecast_at < queued_at)
+        moved = (at is None) != (new.at is None) or (
+            at is not None and new.at is not None and abs(at - new.at) >= FORECAST_TOLERANCE
+        )
+        if requeued or outlook != new.outlook.value or moved:
+            changed.append((pk, new))
+    with transaction.atomic():
+        for start in range(0, len(changed), _BATCH * 10):
+            _write_forecasts(changed[start : start + _BATCH * 10], made_at)
+    return len(changed)
+
+
+def _write_forecasts(batch: list[tuple[int, StartForecast]], made_at: datetime) -> None:
+    """One UPDATE for the batch on PostgreSQL (arrays joined to the table); Django's ``bulk_update`` elsewhere,
+    whose CASE expressions cost seconds of Python per thousand rows but keep SQLite simple."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "UPDATE jobs_job AS j SET start_outlook = v.outlook, expected_start_at = v.at, forecast_at = %s "
+                "FROM unnest(%s::bigint[], %s::text[], %s::timestamptz[]) AS v(id, outlook, at) "
+                "WHERE j.id = v.id AND j.state = %s",
+                [
+                    made_at,
+                    [pk for pk, _ in batch],
+                    [f.outlook.value for _, f in batch],
+                    [None if f.at is None else datetime.fromtimestamp(f.at, tz=UTC) for _, f in batch],
+                    JobState.PENDING.value,
+                ],
+            )
+        return
     jobs = [
         Job(
-            pk=job_id,
+            pk=pk,
             start_outlook=f.outlook.value,
             expected_start_at=None if f.at is None else datetime.fromtimestamp(f.at, tz=UTC),
             forecast_at=made_at,
         )
-        for job_id, f in forecasts.items()
+        for pk, f in batch
     ]
     Job.objects.bulk_update(jobs, ["start_outlook", "expected_start_at", "forecast_at"], batch_size=_BATCH)

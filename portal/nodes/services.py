@@ -23,7 +23,7 @@ from portal.jobs.logs import task_log_receive
 from portal.jobs.models import Job, JobTask, TaskState
 from portal.jobs.services import job_requeue, job_task_exited
 from portal.nodes.models import Gpu, Node, NodeState
-from portal.queue import SCHEDULE_ROUND, enqueue_on_commit
+from portal.rounds import request_round
 from scheduling.core.states import JobState
 
 logger = logging.getLogger(__name__)
@@ -174,7 +174,7 @@ def node_register(
     _lose_tasks(list(stale), actor=f"agent:{node.name}", reason=f"agent on {node.name} restarted", confirmed_gone=clean)
     if clean:
         release_lost_tasks_gpus(node)
-    enqueue_on_commit(SCHEDULE_ROUND)  # its GPUs may be free again, and requeued jobs wait
+    request_round()  # its GPUs may be free again, and requeued jobs wait
     return node
 
 
@@ -333,7 +333,7 @@ def nodes_mark_stale_down(*, now: datetime | None = None) -> list[str]:
             confirmed_gone=False,
         )
     if stale:
-        enqueue_on_commit(SCHEDULE_ROUND)  # what ran there can go elsewhere, and what waited for it must wait on
+        request_round()  # what ran there can go elsewhere, and what waited for it must wait on
     return [n.name for n in stale]
 
 
@@ -356,7 +356,7 @@ def node_release_fenced(*, node: Node, by: str) -> int:
     freed = release_lost_tasks_gpus(node)
     if freed:
         logger.warning("%s released %d fenced GPU(s) of node %s", by, freed, node.name)
-        enqueue_on_commit(SCHEDULE_ROUND)
+        request_round()
     return freed
 
 

@@ -11,12 +11,12 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
 
-from portal.jobs.selectors import jobs_awaiting_previous_attempt, jobs_held_gpus, jobs_in_system, stopping_holds
+from portal.jobs.selectors import jobs_awaiting_previous_attempt, stopping_holds
 from portal.nodes.models import GpuHealth, Node, NodeState
 from portal.nodes.selectors import gpu_holders, gpus_present_on, nodes_not_down
+from portal.scheduler.job_views import active_job_views
 from portal.tenants.selectors import tenant_limits, usage_history
-from scheduling.core.model import GpuSlot, HeldGpus, JobView, NodeView, Snapshot
-from scheduling.core.states import JobState
+from scheduling.core.model import HeldGpus, NodeView, Snapshot
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,10 +30,6 @@ class LiveSnapshot:
     awaiting: frozenset[int] = frozenset()
     #: GPUs being freed: held by attempts that are over, on nodes that are up (their processes are stopping).
     freeing: int = 0
-
-
-def _ts(value: datetime | None) -> float | None:
-    return value.timestamp() if value is not None else None
 
 
 def build_snapshot(*, now: datetime, fair_share: bool = False) -> LiveSnapshot:
@@ -76,37 +72,11 @@ def build_snapshot(*, now: datetime, fair_share: bool = False) -> LiveSnapshot:
     )
     holds = stopping_holds()
     awaiting = frozenset(jobs_awaiting_previous_attempt())
-    jobs = [j for j in jobs_in_system() if j.pk not in awaiting]
-    running_ids = [j.pk for j in jobs if j.state == JobState.RUNNING.value]
-    slots: dict[int, list[GpuSlot]] = defaultdict(list)
-    for job_id, node_name, gpu_id in jobs_held_gpus(job_ids=running_ids):
-        slots[job_id].append(GpuSlot(node=node_name, gpu=gpu_id))
-    now_ts = now.timestamp()
-    job_views = []
-    for j in jobs:
-        running = j.state == JobState.RUNNING.value
-        run_seconds = max(0.0, now_ts - j.started_at.timestamp()) if running and j.started_at else 0.0
-        job_views.append(
-            JobView(
-                id=j.pk,
-                tenant=j.tenant.slug,
-                user=j.user.get_username(),
-                gpus=j.gpus,
-                submit_time=j.submitted_at.timestamp(),
-                state=JobState(j.state),
-                allocation=tuple(slots.get(j.pk, ())),
-                attained_service=j.attained_service + j.gpus * run_seconds,
-                executed_time=j.attained_service / j.gpus + run_seconds,
-                last_started=_ts(j.started_at) if running else None,
-                last_queued=_ts(j.queued_at) or j.submitted_at.timestamp(),
-                name=j.name,
-                time_limit=float(j.time_limit) if j.time_limit is not None else None,
-            )
-        )
+    job_views = tuple(view for view in active_job_views() if view.id not in awaiting)
     return LiveSnapshot(
         snapshot=Snapshot(
             nodes=node_views,
-            jobs=tuple(job_views),
+            jobs=job_views,
             tenants=tenant_limits(),
             usage=usage_history(now=now) if fair_share else None,
             held=tuple(HeldGpus(h.tenant, h.user, h.gpus) for h in holds),

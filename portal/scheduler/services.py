@@ -20,6 +20,13 @@ from django.utils import timezone
 from portal.jobs.lease import try_acquire_round_lease
 from portal.jobs.services import jobs_enforce_time_limits
 from portal.jobs.waiting import StartForecast, jobs_set_start_forecasts
+from portal.rounds import (
+    mark_forecast_stale,
+    note_forecast_ran,
+    round_requested,
+    take_forecast_staleness,
+    take_round_request,
+)
 from portal.scheduler.apply import apply_decision
 from portal.scheduler.models import SchedulerRound
 from portal.scheduler.policy_cache import live_policy
@@ -53,6 +60,7 @@ def scheduling_round() -> LiveRoundResult | None:
     with transaction.atomic():
         if not try_acquire_round_lease():
             return None
+        take_round_request()  # before the reads: a change committed from now on asks for the next round
         now = timezone.now()
         timed_out = jobs_enforce_time_limits(now=now)
         policy = live_policy(settings.CORRAL_POLICY)
@@ -68,7 +76,32 @@ def scheduling_round() -> LiveRoundResult | None:
             started=applied.started,
             preempted=applied.preempted,
         )
+    if applied.started or applied.preempted or timed_out:
+        mark_forecast_stale()
     return LiveRoundResult(applied.started, applied.preempted, applied.waiting, duration_ms, len(timed_out))
+
+
+def round_is_due(*, now: datetime) -> bool:
+    """Whether the beat's round should run: a change asked for one (and its message may be lost), the policy
+    preempts (priorities move with attained service, so time alone can change the answer), or no round ran for
+    ``CORRAL_IDLE_ROUND_EVERY`` seconds (a safety net, and what lets time-limit expiry and health changes act).
+    A quiet cluster then costs one cheap query per beat instead of a full round."""
+    if round_requested() or needs_preemptive_walk(live_policy(settings.CORRAL_POLICY)):
+        return True
+    last = SchedulerRound.objects.order_by("-at").values_list("at", flat=True).first()
+    return last is None or (now - last).total_seconds() >= settings.CORRAL_IDLE_ROUND_EVERY
+
+
+def beat_round() -> LiveRoundResult | None:
+    """The periodic round: time limits are enforced every beat (one query when none is due); the full round runs
+    when :func:`round_is_due`. None when it did not run or another round held the lease."""
+    now = timezone.now()
+    if round_is_due(now=now):
+        return scheduling_round()
+    with transaction.atomic():
+        if jobs_enforce_time_limits(now=now):
+            mark_forecast_stale()
+    return None
 
 
 #: How long round statistics are kept (dashboards and /metrics look at the last few minutes).
@@ -118,6 +151,25 @@ def _history() -> DurationPredictor:
     return policy.predictor
 
 
+#: A forecast with nothing changed since is still right (its times are absolute) but is redone after this long,
+#: for what time alone changes (a running job outliving its estimate is expected to run as long again).
+FORECAST_MAX_AGE = timedelta(minutes=10)
+_last_forecast: datetime | None = None  # per worker process: when this process last refreshed for real
+
+
+def start_forecast_refresh_if_stale(*, now: datetime | None = None) -> ForecastResult | None:
+    """The periodic forecast: refresh only when something changed since the last one (``portal.rounds``) or it
+    is older than :data:`FORECAST_MAX_AGE`; None when skipped. A quiet queue of 50,000 jobs then costs nothing."""
+    global _last_forecast
+    now = now or timezone.now()
+    stale = take_forecast_staleness()
+    if not stale and _last_forecast is not None and now - _last_forecast < FORECAST_MAX_AGE:
+        note_forecast_ran(now)  # nothing changed: what is stored still holds
+        return None
+    _last_forecast = now
+    return start_forecast_refresh(now=now)
+
+
 def start_forecast_refresh(*, now: datetime | None = None) -> ForecastResult:
     """Forecast when every pending job should start and store it on the job (``Job.start_forecast`` reads it).
 
@@ -150,6 +202,7 @@ def start_forecast_refresh(*, now: datetime | None = None) -> ForecastResult:
         forecasts={int(job_id): StartForecast(outlook=f.outlook, at=f.at) for job_id, f in forecasts.items()},
         made_at=began,
     )
+    note_forecast_ran(began)
     estimated = sum(1 for f in forecasts.values() if f.outlook == StartOutlook.ESTIMATED)
     duration_ms = (time.perf_counter() - clock) * 1000
     return ForecastResult(pending=len(forecasts), estimated=estimated, duration_ms=duration_ms)

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from itertools import count
+from itertools import count, islice
 
 from scheduling.core.engine import needs_preemptive_walk, run_round
 from scheduling.core.fairshare import UsageMeter
@@ -118,6 +118,7 @@ class _Forecast:
         self.stamp: dict[JobId, int] = {}
         self.first_start: dict[JobId, float] = {}
         self.plain_order: list[JobView] | None = None
+        self.order_head = 0  # plain walks: every job before this index in ``plain_order`` has started
         self.order_stale = False
         # Fair share: tenants' usage goes on growing with the jobs the forecast runs, and decaying.
         self.meter = (
@@ -180,7 +181,7 @@ class _Forecast:
     def _round(self, t: float) -> int:
         """One round at ``t``; returns how many jobs started for the first time."""
         running = list(self.running.values())
-        ordered: list[JobView]
+        ordered: Iterable[JobView]
         if self.preemptive:
             ordered = self.policy.order(running + list(self.pending.values()), t)
         else:
@@ -189,11 +190,12 @@ class _Forecast:
             if self.plain_order is None:
                 self.plain_order = self.policy.order(list(self.pending.values()), t)
             elif self.order_stale:
-                self.plain_order = [v for v in self.plain_order if v.id in self.pending]
+                self._drop_started()
             self.order_stale = False
-            ordered = self.plain_order
             if not self.pool.total_free:
                 return 0
+            pending, order = self.pending, self.plain_order
+            ordered = (v for v in islice(order, self.order_head, None) if v.id in pending)
         if not self.pending:
             return 0
         result = run_round(
@@ -218,6 +220,22 @@ class _Forecast:
                 first += 1
         self.order_stale = bool(result.start)
         return first
+
+    def _drop_started(self) -> None:
+        """Forget the jobs that started from the plain order, cheaply: a job that starts never waits again in a plain
+        walk, so the head moves past started jobs for good, and the rest of the list is rebuilt only once enough
+        jobs started behind the head (backfill). Rebuilding it every round cost O(queue) per round: 12 s at 50,000
+        pending jobs."""
+        order, pending = self.plain_order, self.pending
+        assert order is not None
+        head = self.order_head
+        while head < len(order) and order[head].id not in pending:
+            head += 1
+        self.order_head = head
+        behind = len(order) - head - len(pending)  # started jobs still in the list past the head
+        if behind > max(256, (len(order) - head) // 8):
+            self.plain_order = [v for v in islice(order, head, None) if v.id in pending]
+            self.order_head = 0
 
     def _run(self, view: JobView, t: float) -> None:
         self.running[view.id] = view

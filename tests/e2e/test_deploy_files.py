@@ -56,6 +56,16 @@ def test_commands_mirror_the_processes_the_tests_start(compose: dict[str, Any]) 
     assert "manage.py migrate" in migrate and "manage.py node_token node-1" in migrate
 
 
+def test_web_scales_out(compose: dict[str, Any]) -> None:
+    """`--scale web=N` needs a host port per replica: a fixed "8000:8000" would make the second replica fail."""
+    (mapping,) = compose["services"]["web"]["ports"]
+    host, container = interpolate(mapping).rsplit(":", 1)
+    first, last = (int(port) for port in host.split("-"))
+    assert container == "8000" and last - first >= 3
+    for name in ("web", "worker", "beat"):
+        assert "container_name" not in compose["services"][name], name  # a fixed name cannot be scaled either
+
+
 def test_portal_containers_run_in_production_mode(compose: dict[str, Any]) -> None:
     for name in PORTAL_SERVICES:
         env = compose["services"][name]["environment"]

@@ -32,6 +32,7 @@ from portal.jobs.models import Job
 from portal.jobs.services import job_cancel, job_submit
 from portal.nodes.models import Node
 from portal.nodes.services import node_release_fenced, nodes_mark_stale_down
+from portal.scheduler.job_views import forget_job_views
 from portal.scheduler.services import scheduling_round
 from tests.fixtures import World
 from tests.portal.nodes.fake_agent import FakeNode, fence_violations
@@ -44,6 +45,7 @@ class FenceMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
+        forget_job_views()  # the rollback of the last example may hand its job ids out again (SQLite)
         self._atomic = transaction.atomic()
         self._atomic.__enter__()
         self.fakes = [FakeNode(Node.objects.get(pk=n.pk)) for n in self.world.nodes]
