@@ -28,20 +28,49 @@ def reason_text(code: WaitReason, detail: str) -> str:
     return (f"{code.label} ({detail})" if detail else code.label)[:255]
 
 
+#: Jobs whose reason keeps its code but changes its detail ("needs 4 GPUs; 3 free" → "2 free") rewritten per round.
+DETAIL_REWRITES_PER_ROUND = 2000
+
+
 def jobs_set_wait_reasons(*, reasons: Mapping[int, tuple[WaitReason, str]]) -> None:
-    """Write each still-pending job's reason (code and detail). Reasons change rarely between rounds: only the ones
-    that differ are written, grouped into one UPDATE per distinct text."""
+    """Write each still-pending job's reason (code and detail), only where it changed, one UPDATE per distinct text.
+
+    A changed *code* is always written. A detail alone (its free-GPU count, the GPUs being freed) can change for
+    every waiting job at once, every round; rewriting 50,000 rows each time cost seconds per round. So at most
+    :data:`DETAIL_REWRITES_PER_ROUND` such rows are written per round, in the order given (the core's walk: the
+    head of the queue first); the rest catch up over the next rounds.
+    """
     pending = Job.objects.filter(state=JobState.PENDING.value)
     if len(reasons) <= _IN_LIST_MAX:  # a long IN list costs more to bind than reading every pending row's reason
         pending = pending.filter(pk__in=list(reasons))
-    current = dict(pending.values_list("pk", "reason"))
+    rows = pending.values_list("pk", "reason_code", "reason")
+    current = {pk: (stored_code, stored) for pk, stored_code, stored in rows}
     groups: dict[tuple[WaitReason, str], list[int]] = defaultdict(list)
+    detail_budget = DETAIL_REWRITES_PER_ROUND
     for job_id, (code, detail) in reasons.items():
         text = reason_text(code, detail)
-        if job_id in current and current[job_id] != text:
-            groups[(code, text)].append(job_id)
+        stored_code, stored = current.get(job_id, (None, None))
+        if stored is None or stored == text:
+            continue
+        if stored_code == code.value:
+            if detail_budget <= 0:
+                continue
+            detail_budget -= 1
+        groups[(code, text)].append(job_id)
     for (code, text), ids in groups.items():
-        Job.objects.filter(pk__in=ids, state=JobState.PENDING.value).update(reason_code=code.value, reason=text)
+        _write_reason(ids, code, text)
+
+
+def _write_reason(ids: list[int], code: WaitReason, text: str) -> None:
+    """Set one reason on these pending jobs; on PostgreSQL the ids go as one array parameter, not an IN list."""
+    if connection.vendor == "postgresql" and len(ids) > _IN_LIST_MAX:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "UPDATE jobs_job SET reason_code = %s, reason = %s WHERE id = ANY(%s::bigint[]) AND state = %s",
+                [code.value, text, ids, JobState.PENDING.value],
+            )
+        return
+    Job.objects.filter(pk__in=ids, state=JobState.PENDING.value).update(reason_code=code.value, reason=text)
 
 
 @dataclass(frozen=True, slots=True)
