@@ -3,6 +3,10 @@
 It exists so the commands never see an ``httpx`` exception or a status code: each method returns plain JSON typed
 with a ``TypedDict`` (the same dict ``--json`` prints), and every failure becomes one :class:`~cli.errors.CliError`
 with a sentence a user can act on (log in again, check the URL, fix the ``gpus`` field).
+
+Long on purpose: it is the client's whole view of the API (one typed shape per resource, one method per endpoint,
+the one place that turns answers into errors), so the commands never touch HTTP and a change to the API is made
+here alone.
 """
 
 from __future__ import annotations
@@ -47,6 +51,8 @@ class Job(TypedDict):
     attempt: int
     hardware_retries: NotRequired[int]
     time_limit: NotRequired[int | None]
+    array: NotRequired[int | None]
+    array_index: NotRequired[int | None]
     submitted_at: str | None
     started_at: str | None
     finished_at: str | None
@@ -55,6 +61,27 @@ class Job(TypedDict):
     log_complete: NotRequired[bool]
     log_state: NotRequired[str]
     log_note: NotRequired[str]
+
+
+class JobArray(TypedDict):
+    """A job array as ``POST /api/v1/jobs/`` (with ``array``) and ``GET /api/v1/arrays/{id}/`` return it. Its tasks
+    are jobs (``list_jobs(array=id)``); ``counts`` holds how many are in each state."""
+
+    id: int
+    name: str
+    command: str
+    gpus: int
+    tenant: str
+    user: str
+    env: dict[str, str]
+    time_limit: int | None
+    spec: str
+    limit: int | None
+    task_count: int
+    index_min: int
+    index_max: int
+    counts: dict[str, int]
+    submitted_at: str | None
 
 
 class JobEvent(TypedDict):
@@ -185,6 +212,38 @@ class Client:
             payload["time_limit"] = time_limit
         return cast(Job, self._json("POST", "/api/v1/jobs/", json=payload))
 
+    def submit_array(
+        self,
+        *,
+        array: str,
+        name: str,
+        command: str,
+        gpus: int,
+        tenant: str | None = None,
+        env: Mapping[str, str] | None = None,
+        time_limit: int | None = None,
+    ) -> JobArray:
+        """Submit a job array: one task per index of ``array`` (``0-999%50``); the portal checks the spec and
+        answers with the array (a 400 naming ``array`` when the spec is bad)."""
+        payload: dict[str, Any] = {"name": name, "command": command, "gpus": gpus, "array": array}
+        if tenant:
+            payload["tenant"] = tenant
+        if env:
+            payload["env"] = dict(env)
+        if time_limit is not None:
+            payload["time_limit"] = time_limit
+        return cast(JobArray, self._json("POST", "/api/v1/jobs/", json=payload))
+
+    def get_array(self, array_id: int) -> JobArray:
+        return cast(JobArray, self._json("GET", f"/api/v1/arrays/{array_id}/", not_found=f"array {array_id} not found"))
+
+    def cancel_array(self, array_id: int) -> JobArray:
+        """Cancel every pending task of the array at once and stop its running ones."""
+        return cast(
+            JobArray,
+            self._json("POST", f"/api/v1/arrays/{array_id}/cancel/", not_found=f"array {array_id} not found"),
+        )
+
     def list_jobs(
         self,
         *,
@@ -192,16 +251,20 @@ class Client:
         tenant: str | None = None,
         user: str | None = None,
         mine: bool = False,
+        array: int | None = None,
         limit: int | None = None,
     ) -> list[Job]:
         """Jobs visible to the caller, newest first, following pagination until ``limit`` jobs are in hand.
 
-        ``states`` are OR-ed (the portal takes ``state`` repeatedly); ``mine`` leaves "who am I" to the portal.
+        ``states`` are OR-ed (the portal takes ``state`` repeatedly); ``mine`` leaves "who am I" to the portal;
+        ``array`` lists the tasks of that job array.
         """
         params: list[tuple[str, str]] = [("state", s) for s in states]
         params += [(k, v) for k, v in (("tenant", tenant), ("user", user)) if v]
         if mine:
             params.append(("mine", "true"))
+        if array is not None:
+            params.append(("array", str(array)))
         return cast(list[Job], list(self._paginate("/api/v1/jobs/", params, limit)))
 
     def get_job(self, job_id: int) -> Job:

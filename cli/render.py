@@ -19,7 +19,7 @@ from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from cli.api import TERMINAL_STATES, Gpu, Job, JobEvent, Node, TenantOverview
+from cli.api import TERMINAL_STATES, Gpu, Job, JobArray, JobEvent, Node, TenantOverview
 
 STATE_STYLES = {"pending": "yellow", "running": "cyan", "succeeded": "green", "failed": "red", "cancelled": "magenta"}
 
@@ -54,6 +54,26 @@ def submitted_line(job: Job) -> Text:
     line = Text.assemble(f"Submitted job {job['id']} (", _state(job), ")")
     if job.get("reason"):
         line.append(f": {job['reason']}")
+    return line
+
+
+#: The order an array's counts are printed in: what happens now first, then what is over.
+COUNT_ORDER = ("running", "pending", "succeeded", "failed", "cancelled")
+
+
+def array_counts(array: JobArray) -> str:
+    """ "12 running · 38 pending · 950 succeeded": the states that have tasks."""
+    counts = array.get("counts") or {}
+    return " · ".join(f"{counts[s]:,} {s}" for s in COUNT_ORDER if counts.get(s)) or "no tasks"
+
+
+def submitted_array_line(array: JobArray) -> Text:
+    """The answer to ``corral submit --array``: the array's id, how many tasks it has, and the ids to use next."""
+    count = array["task_count"]
+    line = Text(f"Submitted array {array['id']}: {count:,} task{'s' if count != 1 else ''} ({array['spec']})")
+    if array.get("limit"):
+        line.append(f", at most {array['limit']} running at once")
+    line.append(f". Tasks: corral jobs --array {array['id']}; cancel: corral cancel --array {array['id']}")
     return line
 
 
@@ -97,6 +117,9 @@ def job_detail(job: Job, events: Sequence[JobEvent]) -> list[RenderableType]:
         ("GPUs", str(job.get("gpus", ""))),
         ("Command", job.get("command", "")),
     ]
+    array = job.get("array")
+    if array is not None:
+        rows.append(("Array", f"{array}, task {job.get('array_index')} (its tasks: corral jobs --array {array})"))
     limit = _time_limit(job)
     if limit:
         rows.append(("Time limit", limit))

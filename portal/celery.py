@@ -26,6 +26,7 @@ def _periodic_tasks(sender: Celery, **_: object) -> None:
         ROLLUP_SAMPLES,
         SCORE_GPUS,
         SWEEP_NODES,
+        SWEEP_NOTIFICATIONS,
         SWEEP_WHATIF_RUNS,
         TRAIN_FAILURE_MODEL,
     )
@@ -54,6 +55,10 @@ def _periodic_tasks(sender: Celery, **_: object) -> None:
     sender.add_periodic_task(600.0, _task(PRUNE_ROUNDS), expires=600.0, name="scheduler-prune-rounds")
     # What-if runs whose message or worker was lost are sent again or failed, so none waits for ever.
     sender.add_periodic_task(300.0, _task(SWEEP_WHATIF_RUNS), expires=300.0, name="whatif-sweep")
+    # Notifications: job events and long waits since the last sweep into the outbox, each row then delivered by its
+    # own task; every few seconds so news arrives promptly, and one sweep replaces the next, so it expires after one.
+    notify = settings.CORRAL_NOTIFY_EVERY
+    sender.add_periodic_task(notify, _task(SWEEP_NOTIFICATIONS), expires=notify, name="notifications-sweep")
     # Sliding retraining of the failure predictor on the latest window: daily, seconds to minutes of one core.
     sender.add_periodic_task(86_400.0, _task(TRAIN_FAILURE_MODEL), expires=3600.0, name="telemetry-train")
 

@@ -30,6 +30,9 @@ NOTIFY_ADMINS = "telemetry.notify_admins"
 #: What-if replays (``portal.whatif.tasks``).
 WHATIF_RUN = "whatif.run"
 SWEEP_WHATIF_RUNS = "whatif.sweep_runs"
+#: Notifications (``portal.notifications.tasks``).
+SWEEP_NOTIFICATIONS = "notifications.sweep"
+DELIVER_NOTIFICATION = "notifications.deliver"
 
 TASK_NAMES = (
     SCHEDULE_ROUND,
@@ -44,6 +47,8 @@ TASK_NAMES = (
     NOTIFY_ADMINS,
     WHATIF_RUN,
     SWEEP_WHATIF_RUNS,
+    SWEEP_NOTIFICATIONS,
+    DELIVER_NOTIFICATION,
 )
 
 

@@ -63,6 +63,7 @@ INSTALLED_APPS = [
     "portal.scheduler",
     "portal.whatif",
     "portal.dashboards",
+    "portal.notifications",
     "portal.web",
     "portal.demo",
 ]
@@ -237,6 +238,20 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_ALWAYS_EAGER = env.bool("CELERY_TASK_ALWAYS_EAGER", default=False)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 
+# --- Email (notifications: docs/notifications.md) -------------------------------------------------------------
+# EMAIL_URL names the backend and server: smtp://host:25, smtp+tls://user:password@host:587, smtp+ssl://…:465. The
+# default, consolemail://, prints each mail in the worker's log, so `make run` needs no mail server.
+_email = env.email_url("EMAIL_URL", default="consolemail://")
+EMAIL_BACKEND: str = _email["EMAIL_BACKEND"]
+EMAIL_HOST: str = _email["EMAIL_HOST"] or "localhost"
+EMAIL_PORT: int = _email["EMAIL_PORT"] or 25
+EMAIL_HOST_USER: str = _email["EMAIL_HOST_USER"] or ""
+EMAIL_HOST_PASSWORD: str = _email["EMAIL_HOST_PASSWORD"] or ""
+EMAIL_USE_TLS: bool = bool(_email.get("EMAIL_USE_TLS", False))
+EMAIL_USE_SSL: bool = bool(_email.get("EMAIL_USE_SSL", False))
+EMAIL_TIMEOUT: int = env.int("EMAIL_TIMEOUT", default=10)
+DEFAULT_FROM_EMAIL: str = env.str("DEFAULT_FROM_EMAIL", default="Corral <corral@localhost>")
+
 # --- Cache ---------------------------------------------------------------------------------------------------
 # Shared by web servers and workers: the coalesced round requests (portal.rounds) live here. Redis when REDIS_URL
 # is set, else files under the data directory (the embedded default's processes share no memory). Keys carry the
@@ -315,11 +330,19 @@ CORRAL_MASTER_PORT_BASE: int = env.int("CORRAL_MASTER_PORT_BASE", default=29500)
 #: Characters of output stored per job: its first half (how the job began) and its most recent half (how it
 #: ended) are kept, whatever lies between is dropped as the job prints on. 0: no limit.
 CORRAL_JOB_LOG_MAX_CHARS: int = env.int("CORRAL_JOB_LOG_MAX_CHARS", default=16 * 1024 * 1024)
+#: The most tasks one job array may have (docs/arrays.md); its indices go up to 4,000,000 whatever this says.
+CORRAL_MAX_ARRAY_TASKS: int = env.int("CORRAL_MAX_ARRAY_TASKS", default=100_000)
+#: The portal's address as its users reach it: links in notifications start with it.
+CORRAL_PUBLIC_URL: str = env.str("CORRAL_PUBLIC_URL", default="http://127.0.0.1:8000")
+#: Seconds between notification sweeps (job news into the outbox), and how long a webhook may take to answer.
+CORRAL_NOTIFY_EVERY: float = env.float("CORRAL_NOTIFY_EVERY", default=5.0)
+CORRAL_NOTIFY_WEBHOOK_TIMEOUT: float = env.float("CORRAL_NOTIFY_WEBHOOK_TIMEOUT", default=5.0)
 
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    # httpx logs each request's full URL at INFO: a notification webhook's URL is its owner's secret.
+    "loggers": {"django.db.backends": {"level": "WARNING"}, "httpx": {"level": "WARNING"}},
 }

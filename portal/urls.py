@@ -14,12 +14,16 @@ from portal.jobs import api as jobs_api
 from portal.jobs import history_api
 from portal.nodes import agent_api, log_api
 from portal.nodes import api as nodes_api
+from portal.notifications import api as notifications_api
 from portal.telemetry import api as telemetry_api
 from portal.tenants import api as tenants_api
+from portal.web import views as web_views
 from portal.whatif import api as whatif_api
 
 router = DefaultRouter()
 router.register("jobs", jobs_api.JobViewSet, basename="job")
+# Not "array": the browser's array pages are named array-detail and so on.
+router.register("arrays", jobs_api.JobArrayViewSet, basename="api-array")
 router.register("nodes", nodes_api.NodeViewSet, basename="node")
 # Not "whatif": the browser's pages are named whatif and whatif-detail.
 router.register("whatif", whatif_api.WhatIfViewSet, basename="api-whatif")
@@ -35,12 +39,15 @@ api_patterns: list[URLPattern | URLResolver] = [
     path("tenants/", tenants_api.TenantListView.as_view(), name="tenant-list-api"),
     path("telemetry/gpus/", telemetry_api.GpuTelemetryView.as_view(), name="telemetry-gpus"),
     path("telemetry/alerts/", telemetry_api.AlertListView.as_view(), name="telemetry-alerts"),
+    path("account/notifications/", notifications_api.NotificationSettingsView.as_view(), name="api-notifications"),
+    path("account/notifications/test/", notifications_api.NotificationTestView.as_view(), name="api-notify-test"),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("", include(router.urls)),
 ]
 
 urlpatterns = [
+    path("favicon.ico", web_views.favicon, name="favicon"),
     path("admin/", admin.site.urls),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
@@ -52,4 +59,5 @@ urlpatterns = [
     path("", include("portal.tenants.urls")),
     path("", include("portal.dashboards.urls")),
     path("", include("portal.whatif.urls")),
+    path("", include("portal.notifications.urls")),
 ]

@@ -92,6 +92,13 @@ def nvml_gpu_count() -> int:
             pynvml.nvmlShutdown()
 
 
+def child_env() -> dict[str, str]:
+    """Every demo process's environment: the caller's (DATABASE_URL, REDIS_URL, CORRAL_*), unbuffered output.
+    Nothing here turns debug on: the demo shows the site's own error pages, and static files are WhiteNoise's with
+    debug off too; `DEBUG=1 make run` asks for Django's debug pages (docs/operations.md)."""
+    return {**os.environ, "PYTHONUNBUFFERED": "1"}
+
+
 def build_children(*, port: int, fake_gpus: int, simulate_only: bool) -> list[Child]:
     data = data_dir()
     url = f"http://127.0.0.1:{port}"
@@ -137,7 +144,7 @@ class Supervisor:
         self.stopping = threading.Event()
 
     def start(self, child: Child) -> None:
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env = child_env()
         # Own session: the terminal's Ctrl-C reaches only us, and we stop the children in order.
         child.process = subprocess.Popen(
             child.argv,

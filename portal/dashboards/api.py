@@ -16,12 +16,16 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from portal.dashboards.selectors import DEFAULT_WINDOW, WINDOWS, dashboard_get, dashboard_tenants, window_of
+from portal.dashboards.selectors import WINDOWS, dashboard_get, dashboard_tenants, default_window, window_of
 from portal.dashboards.stats import GroupStats, Spread
 
 
 class UsageQuery(serializers.Serializer[dict[str, Any]]):
-    window = serializers.ChoiceField(choices=list(WINDOWS), default=DEFAULT_WINDOW)
+    window = serializers.ChoiceField(
+        choices=list(WINDOWS),
+        required=False,
+        help_text="Left out: the shortest window that holds every job you can see, at most 7d (24h without jobs).",
+    )
     tenant = serializers.SlugField(required=False, help_text="One of your tenants; omit for all you can see.")
 
 
@@ -68,9 +72,15 @@ class UsageView(APIView):
     permission_classes = [permissions.IsAuthenticated]
 
     @extend_schema(
-        summary="Usage per tenant and user over the last 24h, 7d or 30d (what /dashboard/ shows)",
+        summary="Usage per tenant and user over the last 1h, 6h, 24h, 7d or 30d (what /dashboard/ shows)",
         parameters=[
-            OpenApiParameter("window", str, enum=list(WINDOWS), description=f"Default {DEFAULT_WINDOW}."),
+            OpenApiParameter(
+                "window",
+                str,
+                enum=list(WINDOWS),
+                description="Left out: the shortest window that holds every job you can see (of `tenant`, when "
+                "given), at most 7d; 24h when you can see none. The response's `window` says which.",
+            ),
             OpenApiParameter("tenant", str, description="One of your tenants' slugs; omit for all you can see."),
         ],
         responses={200: UsageSerializer},  # 400 (field errors) and 401 are added by portal/api/schema.py
@@ -85,6 +95,7 @@ class UsageView(APIView):
             tenant = next((t for t in tenants if t.slug == slug), None)
             if tenant is None:  # another tenant's and a missing one read the same
                 raise serializers.ValidationError({"tenant": [f"You have no tenant {slug!r}."]})
-        window = window_of(query.validated_data["window"], now=timezone.now())
-        dashboard = dashboard_get(user=request.user, window=window, tenant=tenant)
+        now = timezone.now()
+        key = query.validated_data.get("window") or default_window(user=request.user, tenant=tenant, now=now)
+        dashboard = dashboard_get(user=request.user, window=window_of(key, now=now), tenant=tenant)
         return Response(UsageSerializer(dashboard).data)

@@ -119,14 +119,10 @@ def queue_chart(tenants: Sequence[GroupStats]) -> Chart:
 
 
 def pending_chart(cluster: Cluster) -> Chart:
-    """Jobs waiting over time (the most at any round of each minute); only for a day, as rounds are kept a day."""
+    """Jobs waiting at each bucket boundary of the window, whatever its length (from the jobs' state changes)."""
     title = "Jobs waiting"
-    if cluster.pending_series is None:
-        return Chart("pending", title, None, "Shown for the last 24 hours only: scheduling rounds are kept for a day.")
-    if not cluster.pending_series:
-        return Chart("pending", title, None, "No scheduling rounds recorded in this window.")
     if not any(cluster.pending_series.y):
-        return Chart("pending", title, None, "No job waited at any scheduling round in this window.")
+        return Chart("pending", title, None, "No job waited in this window.")
     trace = {
         "type": "scatter",
         "mode": "lines",

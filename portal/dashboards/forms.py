@@ -6,7 +6,7 @@ from typing import Any
 
 from django import forms
 
-from portal.dashboards.selectors import DEFAULT_WINDOW, WINDOWS
+from portal.dashboards.selectors import WINDOWS
 from portal.tenants.models import Tenant
 
 
@@ -16,7 +16,7 @@ class DashboardForm(forms.Form):
         required=False,
         error_messages={
             "invalid_choice": f"There is no window “%(value)s”: choose {', '.join(WINDOWS)}. "
-            f"Showing the {WINDOWS[DEFAULT_WINDOW][1]}."
+            "Showing the default: the shortest that holds every job you can see, at most a week."
         },
     )
     tenant = forms.ChoiceField(

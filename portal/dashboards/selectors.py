@@ -5,20 +5,19 @@ per-job durations are needed for medians and percentiles, which SQLite cannot co
 read one by one; allocations and telemetry are summed in the database (:mod:`portal.dashboards.usage`).
 
 Who sees what comes from the one place that says it: ``Job.objects.visible_to`` for jobs (and with them tenants'
-and users' rows), ``Tenant.objects.visible_to`` for the tenant filter. Cluster-wide utilization and allocation are
-shown to every signed-in user, as the node list already shows which GPUs are held.
+and users' rows), ``Tenant.objects.visible_to`` for the tenant filter. Cluster-wide utilization, allocation and the
+queue are shown to every signed-in user, as the node list and the job list already show them.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from django.contrib.auth import get_user_model
-from django.db.models import BooleanField, Count, ExpressionWrapper, F, Max, Min, Q, QuerySet, Sum
+from django.db.models import BooleanField, Count, ExpressionWrapper, F, Min, Q, QuerySet, Sum
 from django.db.models.functions import TruncHour, TruncMinute
 
 from portal.dashboards.stats import (
@@ -34,30 +33,51 @@ from portal.dashboards.stats import (
 )
 from portal.dashboards.usage import usage_by_owner
 from portal.db import EpochSeconds
-from portal.jobs.models import TERMINAL_STATES, Allocation, Job
+from portal.jobs.models import TERMINAL_STATES, Allocation, Job, JobEvent
 from portal.nodes.models import Gpu
-from portal.scheduler.models import SchedulerRound
 from portal.telemetry.models import Rollup, RollupPeriod
 from portal.tenants.models import Tenant
+from scheduling.core.states import JobState
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AnonymousUser, User
 
-#: The windows a dashboard offers: key -> (length, label, rollup period read for it).
+#: The windows a dashboard offers, shortest first: key -> (length, label, rollup period read for it).
 WINDOWS: dict[str, tuple[timedelta, str, int]] = {
+    "1h": (timedelta(hours=1), "last hour", RollupPeriod.MINUTE.value),
+    "6h": (timedelta(hours=6), "last 6 hours", RollupPeriod.MINUTE.value),
     "24h": (timedelta(hours=24), "last 24 hours", RollupPeriod.MINUTE.value),
     "7d": (timedelta(days=7), "last 7 days", RollupPeriod.HOUR.value),
     "30d": (timedelta(days=30), "last 30 days", RollupPeriod.HOUR.value),
 }
-DEFAULT_WINDOW = "7d"
-#: Scheduler rounds are pruned after a day, so only the 24 h window can chart the queue.
-PENDING_WINDOWS = frozenset({"24h"})
+#: The longest window chosen when none is asked for: past a week, hourly points and a month's figures are a choice.
+LONGEST_DEFAULT = "7d"
+#: The window chosen for a reader who can see no job yet: a day of the cluster's utilization.
+NO_JOBS_DEFAULT = "24h"
 
 
 def window_of(key: str, *, now: datetime) -> Window:
     """The window ``key`` (one of :data:`WINDOWS`) ending at ``now``."""
     length, label, period = WINDOWS[key]
     return Window(key=key, label=label, start=now - length, end=now, period=period)
+
+
+def default_window(*, user: User | AnonymousUser, tenant: Tenant | None = None, now: datetime) -> str:
+    """The window shown when none is asked for: the shortest of :data:`WINDOWS` that holds every job the reader can
+    see (of ``tenant`` only, when given), so a cluster that has run for twenty minutes opens on the last hour
+    rather than on a sliver of a week (#18); at most :data:`LONGEST_DEFAULT`, and :data:`NO_JOBS_DEFAULT` without
+    any job. One query, on the submission-time index."""
+    jobs = Job.objects.visible_to(user)
+    if tenant is not None:
+        jobs = jobs.filter(tenant=tenant)
+    first = jobs.order_by("submitted_at").values_list("submitted_at", flat=True).first()
+    if first is None:
+        return NO_JOBS_DEFAULT
+    span = now - first
+    for key, (length, _, _) in WINDOWS.items():
+        if span <= length or key == LONGEST_DEFAULT:
+            return key
+    return LONGEST_DEFAULT  # not reached: LONGEST_DEFAULT is one of WINDOWS
 
 
 def dashboard_tenants(*, user: User | AnonymousUser) -> list[Tenant]:
@@ -167,7 +187,7 @@ def _add_queueing_delays(gather: _Gather, jobs: QuerySet[Job], window: Window) -
 
 
 def cluster_get(*, window: Window) -> Cluster:
-    """Cluster-wide utilization and allocation over ``window`` (and the queue, for a day), in five queries."""
+    """Cluster-wide utilization, allocation and jobs waiting over ``window``, in seven queries."""
     period = window.period
     grid_start = floor_time(window.start, period)
     trunc = TruncMinute if period == RollupPeriod.MINUTE else TruncHour
@@ -185,7 +205,7 @@ def cluster_get(*, window: Window) -> Cluster:
         util=util,
         util_series=Series(tuple(b for b, _, _ in buckets), tuple(t / n for _, t, n in buckets)),
         allocated_series=_allocated_series(window, grid_start, trunc),
-        pending_series=_pending_series(window) if window.key in PENDING_WINDOWS else None,
+        pending_series=_pending_series(window, grid_start, trunc),
     )
 
 
@@ -204,17 +224,32 @@ def _allocated_series(window: Window, grid_start: datetime, trunc: type[TruncMin
     return step_series(start=grid_start, end=window.end, period=window.period, initial=initial, deltas=deltas)
 
 
-def _pending_series(window: Window) -> Series:
-    """The most jobs waiting at any scheduling round of each minute (rounds run every few seconds)."""
-    rows = (
-        SchedulerRound.objects.filter(at__gte=window.start, at__lt=window.end)
-        .values(m=TruncMinute("at"))
-        .annotate(pending=Max("pending"))
-        .order_by("m")
+def _pending_series(window: Window, grid_start: datetime, trunc: type[TruncMinute] | type[TruncHour]) -> Series:
+    """Jobs waiting at each bucket boundary, for any window: every state change writes a :class:`JobEvent` and
+    events are kept, so the queue's history is the jobs that entered ``pending`` minus those that left it, grouped
+    per bucket by the database (two queries, no event row read). Scheduling rounds, the earlier source, are pruned
+    after a day, which left the chart empty for longer windows (#18).
+
+    The level at ``grid_start`` is counted back from the jobs waiting now, so the events before the window are never
+    read. A job that came and went between two boundaries does not show, as with the allocation line.
+    """
+    pending = JobState.PENDING.value
+    entered, left = Q(to_state=pending), Q(from_state=pending)
+    changes = (
+        JobEvent.objects.filter(entered | left, at__gte=grid_start)
+        .values(b=trunc("at"))
+        .annotate(n_in=Count("pk", filter=entered), n_out=Count("pk", filter=left))
+        .order_by()
     )
-    return _series((r["m"], float(r["pending"])) for r in rows)
-
-
-def _series(points: Iterable[tuple[datetime, float]]) -> Series:
-    pairs = list(points)
-    return Series(tuple(x for x, _ in pairs), tuple(y for _, y in pairs))
+    deltas: defaultdict[datetime, int] = defaultdict(int)
+    since_start = 0  # every change from grid_start to now, including those after window.end
+    for row in changes:
+        change = row["n_in"] - row["n_out"]
+        since_start += change
+        if row["b"] < window.end:
+            deltas[row["b"]] += change
+    waiting_now = Job.objects.filter(state=pending).count()
+    initial = max(0, waiting_now - since_start)
+    if initial == 0 and not deltas:
+        return Series()
+    return step_series(start=grid_start, end=window.end, period=window.period, initial=initial, deltas=deltas)

@@ -128,11 +128,13 @@ def floor_time(moment: datetime, period: int) -> datetime:
 
 
 def step_series(*, start: datetime, end: datetime, period: int, initial: int, deltas: Mapping[datetime, int]) -> Series:
-    """How many GPUs were allocated at each bucket boundary from ``start`` (a boundary) up to ``end``.
+    """How many GPUs were allocated (or jobs waiting) at each bucket boundary from ``start`` (a boundary) up to
+    ``end``.
 
     ``initial`` is the count at ``start``; ``deltas`` maps a bucket's start to the allocations created minus those
-    released within it (the database groups them, so no allocation row is read). The value at a boundary is the
-    count once the previous bucket's changes have happened, which a step line ("hv") holds until the next one.
+    released within it, or the jobs that entered the queue minus those that left it (the database groups them, so
+    no row is read one by one). The value at a boundary is the count once the previous bucket's changes have
+    happened, which a step line ("hv") holds until the next one.
     """
     times: list[datetime] = []
     levels: list[float] = []
@@ -163,15 +165,15 @@ class Cluster:
     """Cluster-wide figures, the same for every signed-in user (the node list shows them to everyone already).
 
     ``util`` is the mean ``gpu_util`` over every rollup in the window (percent); the series hold it per bucket, the
-    number of GPUs allocated at each bucket boundary (charted as a share of the GPUs present now) and, for 24 h
-    only, the most jobs waiting at a scheduling round of each minute.
+    number of GPUs allocated at each bucket boundary (charted as a share of the GPUs present now) and the number of
+    jobs waiting at each bucket boundary (empty when none waited).
     """
 
     gpus_present: int = 0
     util: float | None = None
     util_series: Series = field(default_factory=Series)
     allocated_series: Series = field(default_factory=Series)
-    pending_series: Series | None = None
+    pending_series: Series = field(default_factory=Series)
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +192,6 @@ class Dashboard:
         """Anything at all to show: a job that finished or started, a GPU-second allocated, telemetry, or a job
         waiting at some round."""
         t, c = self.total, self.cluster
-        waiting = c.pending_series is not None and any(c.pending_series.y)
+        waiting = any(c.pending_series.y)
         telemetry = c.util is not None or bool(c.allocated_series)
         return bool(t.finished or t.queue or t.usage.allocated > 0 or telemetry or waiting)

@@ -1,5 +1,5 @@
 """The dashboard page. It validates the window and tenant parameters and calls the selectors; htmx polls it every
-30 s for the stats fragment alone (``HX-Request: true``)."""
+30 s for the stats fragment alone (``HX-Request: true``), with the window the first load chose written out."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from django.utils.http import urlencode
 
 from portal.dashboards.charts import dashboard_charts, figures_by_key
 from portal.dashboards.forms import DashboardForm
-from portal.dashboards.selectors import DEFAULT_WINDOW, dashboard_get, dashboard_tenants, window_of
+from portal.dashboards.selectors import dashboard_get, dashboard_tenants, default_window, window_of
 from portal.web.htmx import is_htmx
 
 if TYPE_CHECKING:
@@ -25,17 +25,17 @@ REFRESH_SECONDS = 30
 
 @login_required
 def dashboard_view(request: AuthenticatedHttpRequest) -> HttpResponse:
-    """A bad ``window`` falls back to the default with a message (200); a tenant the user cannot see, or that does
-    not exist, shows the message and no figures at all (400), so nobody learns anything about it."""
+    """No ``window`` (or a bad one, with a message; 200) shows the default, the shortest window that holds the
+    reader's jobs (``default_window``); a tenant the user cannot see, or that does not exist, shows the message and
+    no figures at all (400), so nobody learns anything about it."""
     tenants = dashboard_tenants(user=request.user)
     form = DashboardForm(request.GET, tenants=tenants)
     form.is_valid()
-    window_key = form.cleaned_data.get("window") or DEFAULT_WINDOW
     problems = [str(error) for errors in form.errors.values() for error in errors]
     context: dict[str, object] = {
         "form": form,
         "problems": problems,
-        "window_key": window_key,
+        "window_key": form.cleaned_data.get("window") or "",
         "refresh_seconds": REFRESH_SECONDS,
         "dashboard": None,
     }
@@ -43,9 +43,12 @@ def dashboard_view(request: AuthenticatedHttpRequest) -> HttpResponse:
     if "tenant" in form.errors:
         status = 400
     else:
+        now = timezone.now()
         slug = form.cleaned_data.get("tenant") or ""
         tenant = next((t for t in tenants if t.slug == slug), None)
-        dashboard = dashboard_get(user=request.user, window=window_of(window_key, now=timezone.now()), tenant=tenant)
+        window_key = form.cleaned_data.get("window") or default_window(user=request.user, tenant=tenant, now=now)
+        context["window_key"] = window_key
+        dashboard = dashboard_get(user=request.user, window=window_of(window_key, now=now), tenant=tenant)
         charts = dashboard_charts(dashboard)
         context |= {
             "dashboard": dashboard,

@@ -8,7 +8,7 @@ from django.contrib.auth.models import User
 from django.db.models import QuerySet
 from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, PolymorphicProxySerializer, extend_schema
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.renderers import JSONRenderer
@@ -17,11 +17,13 @@ from rest_framework.response import Response
 
 from portal.api.renderers import PlainTextRenderer
 from portal.api.serializers import ErrorSerializer
+from portal.jobs.array_selectors import array_list, array_state_counts
+from portal.jobs.array_services import job_array_cancel, job_array_submit
 from portal.jobs.filters import JobFilter
 from portal.jobs.logs import job_output_progress
-from portal.jobs.models import Job
+from portal.jobs.models import Job, JobArray
 from portal.jobs.selectors import job_list, job_log_read, jobs_with_placement
-from portal.jobs.serializers import JobEventSerializer, JobSerializer, JobSubmitSerializer
+from portal.jobs.serializers import JobArraySerializer, JobEventSerializer, JobSerializer, JobSubmitSerializer
 from portal.jobs.services import job_cancel, job_submit
 
 
@@ -42,18 +44,32 @@ class JobViewSet(
     @extend_schema(
         request=JobSubmitSerializer,
         responses={
-            201: JobSerializer,
+            201: OpenApiResponse(
+                PolymorphicProxySerializer(
+                    component_name="JobOrArray",
+                    serializers=[JobSerializer, JobArraySerializer],
+                    resource_type_field_name=None,
+                ),
+                description="The job; with `array`, the job array (its tasks are jobs: `GET /api/v1/jobs/?array=ID`).",
+            ),
             409: OpenApiResponse(
                 ErrorSerializer,
-                description="The tenant has as many jobs pending or running as its limit (`code`: `quota_exceeded`).",
+                description="The tenant has as many jobs pending or running as its limit, or an array's tasks would "
+                "pass it (`code`: `quota_exceeded`).",
             ),
         },
     )
     def create(self, request: Request, *args: object, **kwargs: object) -> Response:
         spec = JobSubmitSerializer(data=request.data)
         spec.is_valid(raise_exception=True)
-        job = job_submit(user=cast(User, request.user), **spec.validated_data)
-        job = self.get_queryset().get(pk=job.pk)
+        data = dict(spec.validated_data)
+        array = data.pop("array", None)
+        if array is not None:  # a job array: its tasks in one request, the array as the answer
+            job_array = job_array_submit(user=cast(User, request.user), array=array, **data)
+            return Response(_array_data(job_array), status=status.HTTP_201_CREATED)
+        # The job as created: its tenant and user are loaded, and a job never started has no tasks to prefetch, so
+        # the answer costs no query beyond the submission's own (issue #16: submissions per second).
+        job = job_submit(user=cast(User, request.user), **data)
         return Response(JobSerializer(job).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(
@@ -104,3 +120,54 @@ class JobViewSet(
         response["X-Job-State"] = job.state
         response["X-Log-State"] = progress.state.value
         return response
+
+
+def _array_data(job_array: JobArray) -> dict[str, object]:
+    """One array as the API shows it, with its counts (one query)."""
+    counts = array_state_counts(array_ids=[job_array.pk])
+    return dict(JobArraySerializer(job_array, context={"counts": counts}).data)
+
+
+class JobArrayViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet[JobArray]):
+    """Job arrays visible to the caller (their tenants'; all for staff), newest first. Submit one with
+    ``POST /api/v1/jobs/`` and ``array``; page through its tasks with ``GET /api/v1/jobs/?array=ID``."""
+
+    serializer_class = JobArraySerializer
+    filter_backends: list[type] = []  # no filters: the job list's (?array=) is where tasks are filtered
+
+    def get_queryset(self) -> QuerySet[JobArray]:
+        return array_list(user=self.request.user)
+
+    def list(self, request: Request, *args: object, **kwargs: object) -> Response:
+        page = self.paginate_queryset(self.get_queryset())
+        arrays = list(page) if page is not None else list(self.get_queryset())
+        # One aggregate query for the page's counts, never one per array.
+        counts = array_state_counts(array_ids=[a.pk for a in arrays])
+        data = JobArraySerializer(arrays, many=True, context={"counts": counts}).data
+        return self.get_paginated_response(data) if page is not None else Response(data)
+
+    def retrieve(self, request: Request, *args: object, **kwargs: object) -> Response:
+        return Response(_array_data(self.get_object()))
+
+    @extend_schema(
+        request=None,
+        responses={
+            200: JobArraySerializer,
+            403: OpenApiResponse(
+                ErrorSerializer,
+                description=(
+                    "Neither the array's owner nor an admin of its tenant (`code`: `permission_denied`); or a session "
+                    "(cookie) call without its CSRF token."
+                ),
+            ),
+            409: OpenApiResponse(
+                ErrorSerializer, description="No task of the array is pending or running (`code`: `conflict`)."
+            ),
+        },
+    )
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, pk: str | None = None) -> Response:
+        """Cancel every task still pending (at once) or running (its processes are stopped first, as a job's)."""
+        job_array = self.get_object()
+        job_array_cancel(job_array=job_array, by=cast(User, request.user))
+        return Response(_array_data(job_array))

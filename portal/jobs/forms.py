@@ -6,6 +6,7 @@ from typing import Any
 
 from django import forms
 
+from portal.jobs.array_spec import MAX_SPEC_CHARS
 from portal.jobs.selectors import cordon_rule
 from portal.jobs.serializers import MAX_GPUS_PER_JOB
 from portal.tenants.models import Tenant
@@ -26,6 +27,17 @@ class JobSubmitForm(forms.Form):
         max_length=40,
         label="Time limit",
         widget=forms.TextInput(attrs={"placeholder": "e.g. 2h, 90m, 1d 12h or seconds"}),
+    )
+    array = forms.CharField(
+        required=False,
+        max_length=MAX_SPEC_CHARS,
+        label="Array",
+        widget=forms.TextInput(attrs={"placeholder": "e.g. 0-999%50", "spellcheck": "false"}),
+        help_text=(
+            "Optional: run the command once per index, as a job array (Slurm's --array syntax): 0-999, 1,3,5-9 or "
+            "0-15:4; %50 at the end runs at most 50 at once. Each task reads its index from $CORRAL_ARRAY_TASK_ID. "
+            "Empty: one job."
+        ),
     )
     tenant = forms.ModelChoiceField(queryset=Tenant.objects.none(), to_field_name="slug", empty_label=None)
 
@@ -48,6 +60,12 @@ class JobSubmitForm(forms.Form):
         if not command.strip():
             raise forms.ValidationError("Enter the command to run.")
         return command.replace("\r\n", "\n")
+
+    def clean_array(self) -> str | None:
+        """The array spec as typed, or None for one job; ``job_array_submit`` reads it, and its refusal (a range
+        that goes down, a %0 limit, ...) lands on this field."""
+        text: str = self.cleaned_data["array"].strip()
+        return text or None
 
     def clean_time_limit(self) -> int | None:
         """Seconds from "2h", "90m", "1d 12h" or a number of seconds; empty means no limit. The range is the

@@ -40,6 +40,58 @@ class JobQuerySet(models.QuerySet["Job"]):
         return self.filter(state__in=ACTIVE_STATES)
 
 
+class JobArrayQuerySet(models.QuerySet["JobArray"]):
+    def visible_to(self, user: User | AnonymousUser) -> JobArrayQuerySet:
+        """Who sees which array, by the rule of ``JobQuerySet.visible_to``: a member sees every array of their
+        tenants; staff see all. A subquery, so no DISTINCT is needed."""
+        if not user.is_authenticated:
+            return self.none()
+        if user.is_staff:
+            return self.all()
+        return self.filter(tenant_id__in=Membership.objects.filter(user=user).values("tenant_id"))
+
+
+class JobArray(models.Model):
+    """A Slurm-style job array: one submission of ``task_count`` copies of one command, each a :class:`Job` (its
+    *task*) with its own ``array_index``. The tasks are scheduled, counted by quotas and fair share, cancelled and
+    shown exactly as jobs are; the array holds what they share and the ``%N`` ``limit`` on how many run at once
+    (None: no limit). ``spec`` is the index spec as submitted (``0-999%50``); ``index_min``/``index_max`` are kept
+    for the environment each task gets (``CORRAL_ARRAY_TASK_MIN``/``MAX``) without parsing the spec again.
+    """
+
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.PROTECT, related_name="job_arrays")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="job_arrays")
+    name = models.CharField(max_length=200)
+    command = models.TextField()
+    gpus = models.PositiveIntegerField(help_text="GPUs each task needs.")
+    env = models.JSONField(default=dict, blank=True)
+    time_limit = models.PositiveIntegerField(null=True, blank=True, help_text="Seconds each task's attempt may run.")
+    spec = models.TextField(help_text="The index spec as submitted, e.g. 0-999%50.")
+    limit = models.PositiveIntegerField(null=True, blank=True, help_text="At most this many tasks run at once.")
+    task_count = models.PositiveIntegerField()
+    index_min = models.PositiveIntegerField()
+    index_max = models.PositiveIntegerField()
+    submitted_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    objects = JobArrayQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-submitted_at", "-id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(gpus__gte=1), name="%(app_label)s_%(class)s_gpus_gte_1"),
+            models.CheckConstraint(condition=Q(task_count__gte=1), name="%(app_label)s_%(class)s_task_count_gte_1"),
+            models.CheckConstraint(
+                condition=Q(limit__isnull=True) | Q(limit__gte=1), name="%(app_label)s_%(class)s_limit_gte_1"
+            ),
+            models.CheckConstraint(
+                condition=Q(index_min__lte=F("index_max")), name="%(app_label)s_%(class)s_index_min_lte_max"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"array {self.pk} ({self.name})"
+
+
 class Job(models.Model):
     """A command to run on ``gpus`` GPUs, gang-scheduled (all at once, or not at all).
 
@@ -84,6 +136,11 @@ class Job(models.Model):
     )
     expected_start_at = models.DateTimeField(null=True, blank=True)
     forecast_at = models.DateTimeField(null=True, blank=True, help_text="When the start forecast was made.")
+    # A task of a job array, or None. PROTECT: jobs are history and hold GPUs in the ledger (Allocation cascades
+    # from Job), so deleting an array must never delete its tasks, least of all running ones; the portal deletes
+    # neither.
+    array = models.ForeignKey(JobArray, on_delete=models.PROTECT, null=True, blank=True, related_name="jobs")
+    array_index = models.PositiveIntegerField(null=True, blank=True, help_text="This task's index in its array.")
 
     objects = JobQuerySet.as_manager()
 
@@ -97,6 +154,8 @@ class Job(models.Model):
             models.Index(fields=["submitted_at", "id"], name="jobs_job_submitted_id"),
             models.Index(fields=["tenant", "submitted_at", "id"], name="jobs_job_tenant_submitted"),
             models.Index(fields=["user", "submitted_at", "id"], name="jobs_job_user_submitted"),
+            # Counts by state of a page of arrays, and the %N limit's count of running tasks, read only this.
+            models.Index(fields=["array", "state"], name="jobs_job_array_state", condition=Q(array__isnull=False)),
         ]
         constraints = [
             models.CheckConstraint(condition=Q(gpus__gte=1), name="%(app_label)s_%(class)s_gpus_gte_1"),
@@ -110,6 +169,17 @@ class Job(models.Model):
             models.CheckConstraint(
                 condition=Q(time_limit__isnull=True) | Q(time_limit__gte=1, time_limit__lte=MAX_TIME_LIMIT),
                 name="%(app_label)s_%(class)s_time_limit_in_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(array__isnull=True, array_index__isnull=True)
+                | Q(array__isnull=False, array_index__isnull=False),
+                name="%(app_label)s_%(class)s_array_index_with_array",
+            ),
+            # Also the index that ?array= lists and the %N limit read an array's tasks through, in index order.
+            models.UniqueConstraint(
+                fields=["array", "array_index"],
+                condition=Q(array__isnull=False),
+                name="%(app_label)s_%(class)s_unique_array_index",
             ),
         ]
 

@@ -16,10 +16,9 @@ from django.db import IntegrityError, transaction
 from django.db.models import DateTimeField, DurationField, ExpressionWrapper, F, IntegerField
 from django.utils import timezone
 
-from portal.errors import Conflict, NotAllowed, QuotaExceeded
+from portal.errors import Conflict, NotAllowed
 from portal.jobs.ledger import RankPlacement, allocate, gang_order, release_task_gpus
 from portal.jobs.models import (
-    ACTIVE_STATES,
     EventKind,
     Job,
     JobEvent,
@@ -27,11 +26,11 @@ from portal.jobs.models import (
     TaskState,
 )
 from portal.jobs.selectors import jobs_awaiting_previous_attempt
-from portal.jobs.validation import check_fits, membership, resolve_tenant, validate_spec
+from portal.jobs.validation import admit_submission, default_job_name, membership, validate_spec
 from portal.jobs.waiting import jobs_set_wait_reasons
 from portal.rounds import request_round
 from portal.telemetry.exits import XidBlame, fatal_xid_near_exit, xid_exit_window
-from portal.tenants.models import Quota, Role, Tenant
+from portal.tenants.models import Role, Tenant
 from scheduling.core.durations import format_duration
 from scheduling.core.model import WaitReason
 from scheduling.core.states import InvalidTransition, JobState, check_reopen, check_transition
@@ -96,15 +95,9 @@ def job_submit(
     concurrent submits cannot overshoot it. Side effects: a ``submitted`` event; a scheduling round after commit.
     """
     env = dict(env or {})
-    name = (name or command.strip().split("\n", 1)[0])[:200]
+    name = default_job_name(name, command)
     validate_spec(name=name, command=command, gpus=gpus, env=env, time_limit=time_limit)
-    resolved = resolve_tenant(user, tenant)
-    quota = Quota.objects.select_for_update().filter(tenant=resolved).first()
-    check_fits(tenant=resolved, gpus=gpus, quota=quota)
-    if quota is not None and quota.max_active_jobs is not None:
-        active = Job.objects.filter(tenant=resolved, state__in=ACTIVE_STATES).count()
-        if active >= quota.max_active_jobs:
-            raise QuotaExceeded(f"tenant '{resolved.slug}' already has {active} jobs pending or running (its limit)")
+    resolved = admit_submission(user=user, tenant=tenant, gpus=gpus, adding=1)
     job = Job.objects.create(
         tenant=resolved,
         user=user,

@@ -1,6 +1,7 @@
 """What a submission must satisfy before a job exists: its spec (command, name, GPUs, environment, time limit),
 the tenant it goes to, and whether it could ever fit. Each check raises ``ValidationFailed`` naming the field, so
-the API, the form and the CLI show the same words. Called by ``job_submit`` inside its transaction."""
+the API, the form and the CLI show the same words. Called by ``job_submit`` and ``job_array_submit`` inside
+their transaction."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from portal.errors import ValidationFailed
-from portal.jobs.models import MAX_TIME_LIMIT
+from portal.errors import QuotaExceeded, ValidationFailed
+from portal.jobs.models import ACTIVE_STATES, MAX_TIME_LIMIT, Job
 from portal.nodes.selectors import cluster_has_gpus, present_gpu_count
 from portal.tenants.models import Membership, Quota, Tenant
 from scheduling.core.durations import format_duration
@@ -33,6 +34,12 @@ RESERVED_ENV = frozenset(
         "NODE_RANK",
         "CORRAL_NNODES",
         "CORRAL_NODE_RANK",
+        # A job array's task (portal.jobs.array_selectors.array_task_env).
+        "CORRAL_ARRAY_JOB_ID",
+        "CORRAL_ARRAY_TASK_ID",
+        "CORRAL_ARRAY_TASK_COUNT",
+        "CORRAL_ARRAY_TASK_MIN",
+        "CORRAL_ARRAY_TASK_MAX",
     }
 )
 
@@ -107,3 +114,31 @@ def check_fits(*, tenant: Tenant, gpus: int, quota: Quota | None) -> None:
     cluster_gpus = present_gpu_count()
     if gpus > cluster_gpus:
         raise ValidationFailed(f"the cluster has {cluster_gpus} GPUs; this job asks for {gpus}", field="gpus")
+
+
+def default_job_name(name: str, command: str) -> str:
+    """The name a job (or an array) gets: the one given, else the command's first line, cut to the column."""
+    return (name or command.strip().split("\n", 1)[0])[:200]
+
+
+def admit_submission(*, user: User, tenant: Tenant | str | None, gpus: int, adding: int) -> Tenant:
+    """The checks every submission passes before its jobs exist, shared by :func:`job_submit` (``adding`` 1) and
+    ``job_array_submit`` (``adding``: its task count): the tenant ``user`` may submit to, jobs of ``gpus`` GPUs
+    that could ever fit, and the tenant's ``max_active_jobs`` with ``adding`` more jobs.
+
+    The active jobs are counted under the quota row's lock, so concurrent submits cannot overshoot the limit.
+    Precondition: inside the caller's transaction. Raises ``ValidationFailed`` (field-scoped) or ``QuotaExceeded``.
+    """
+    resolved = resolve_tenant(user, tenant)
+    quota = Quota.objects.select_for_update().filter(tenant=resolved).first()
+    check_fits(tenant=resolved, gpus=gpus, quota=quota)
+    if quota is not None and quota.max_active_jobs is not None:
+        active = Job.objects.filter(tenant=resolved, state__in=ACTIVE_STATES).count()
+        if adding == 1 and active >= quota.max_active_jobs:
+            raise QuotaExceeded(f"tenant '{resolved.slug}' already has {active} jobs pending or running (its limit)")
+        if active + adding > quota.max_active_jobs:
+            raise QuotaExceeded(
+                f"tenant '{resolved.slug}' may have {quota.max_active_jobs} jobs pending or running and has "
+                f"{active}; this array would add {adding}"
+            )
+    return resolved

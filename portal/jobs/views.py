@@ -14,10 +14,12 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from portal.errors import ServiceError
+from portal.jobs.array_selectors import array_get, array_state_counts, array_tasks, jobs_grouped_by_array
+from portal.jobs.array_services import job_array_cancel, job_array_submit, may_manage_array
 from portal.jobs.filters import JobFilter
 from portal.jobs.forms import JobSubmitForm
 from portal.jobs.logs import job_output_progress
-from portal.jobs.models import Job
+from portal.jobs.models import Job, JobArray
 from portal.jobs.selectors import (
     START_ESTIMATE_BASIS,
     job_get,
@@ -31,6 +33,7 @@ from portal.jobs.selectors import (
 from portal.jobs.services import job_cancel, job_submit
 from portal.tenants.models import Tenant
 from portal.web.htmx import is_htmx
+from scheduling.core.durations import format_duration
 
 if TYPE_CHECKING:
     from portal.web.auth import AuthenticatedHttpRequest
@@ -41,9 +44,17 @@ LOG_PAGE_CHARS = 200_000
 
 @login_required
 def job_list_view(request: HttpRequest) -> HttpResponse:
-    filters = JobFilter(request.GET or None, queryset=jobs_with_placement(job_list(user=request.user)), request=request)
-    page = Paginator(filters.qs, 50).get_page(request.GET.get("page"))
-    context = {"filter": filters, "page": page, "query": request.GET.urlencode()}
+    """The job list. A job array is one row (its first matching task stands for it) with its tasks' counts by
+    state, expandable into its tasks; with ``?array=ID`` the list is that array's tasks, one row each."""
+    jobs = jobs_with_placement(job_list(user=request.user)).select_related("array")
+    filters = JobFilter(request.GET or None, queryset=jobs, request=request)
+    grouped = not request.GET.get("array")
+    page = Paginator(jobs_grouped_by_array(filters.qs) if grouped else filters.qs, 50).get_page(request.GET.get("page"))
+    if grouped:
+        counts = array_state_counts(array_ids=[job.array_id for job in page if job.array_id is not None])
+        for job in page:  # one aggregate query for the page's arrays, read by the template from each row
+            job.array_counts = counts.get(job.array_id) if job.array_id is not None else None
+    context = {"filter": filters, "page": page, "query": request.GET.urlencode(), "grouped": grouped}
     if is_htmx(request):
         return render(request, "jobs/partials/_job_table.html", context)
     return render(request, "jobs/job_list.html", context)
@@ -55,18 +66,25 @@ def job_submit_view(request: AuthenticatedHttpRequest) -> HttpResponse:
     form = JobSubmitForm(request.POST or None, tenants=tenants)
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
+        spec = {
+            "user": request.user,
+            "name": data["name"],
+            "command": data["command"],
+            "gpus": data["gpus"],
+            "tenant": data["tenant"] or None,
+            "time_limit": data["time_limit"],
+        }
         try:
-            job = job_submit(
-                user=request.user,
-                name=data["name"],
-                command=data["command"],
-                gpus=data["gpus"],
-                tenant=data["tenant"] or None,
-                time_limit=data["time_limit"],
-            )
+            if data["array"] is not None:
+                job_array = job_array_submit(array=data["array"], **spec)
+            else:
+                job = job_submit(**spec)
         except ServiceError as exc:
             form.add_error(exc.field if exc.field in form.fields else None, exc.message)
         else:
+            if data["array"] is not None:
+                messages.success(request, f"Array {job_array.pk} submitted: {job_array.task_count:,} tasks.")
+                return redirect("array-detail", array_id=job_array.pk)
             messages.success(request, f"Job {job.pk} submitted.")
             return redirect("job-detail", job_id=job.pk)
     return render(request, "jobs/job_submit.html", {"form": form, "tenants": tenants})
@@ -136,3 +154,61 @@ def job_cancel_view(request: AuthenticatedHttpRequest, job_id: int) -> HttpRespo
     if is_htmx(request):
         return render(request, "jobs/partials/_job_status.html", _job_context(Job.objects.get(pk=job.pk)))
     return redirect("job-detail", job_id=job.pk)
+
+
+# -- job arrays ----------------------------------------------------------------------------------------------------
+ARRAY_TASKS_PER_PAGE = 50
+
+
+def _visible_array(request: HttpRequest, array_id: int) -> JobArray:
+    job_array = array_get(user=request.user, array_id=array_id)
+    if job_array is None:
+        raise Http404("No such array.")
+    return job_array
+
+
+def _array_tasks_page(request: HttpRequest, job_array: JobArray) -> dict[str, object]:
+    tasks = jobs_with_placement(array_tasks(array=job_array))
+    return {"array": job_array, "tasks": Paginator(tasks, ARRAY_TASKS_PER_PAGE).get_page(request.GET.get("page"))}
+
+
+def _array_status(request: AuthenticatedHttpRequest, job_array: JobArray) -> dict[str, object]:
+    counts = array_state_counts(array_ids=[job_array.pk])[job_array.pk]
+    may_cancel = counts.active > 0 and may_manage_array(request.user, job_array)
+    limit = format_duration(job_array.time_limit) if job_array.time_limit is not None else None
+    return {"array": job_array, "counts": counts, "may_cancel": may_cancel, "time_limit": limit}
+
+
+@login_required
+def array_detail_view(request: AuthenticatedHttpRequest, array_id: int) -> HttpResponse:
+    """An array's page: its spec, its counts by state (polled while tasks are active), its tasks a page at a time,
+    and "Cancel array". htmx polls get just the status partial."""
+    job_array = _visible_array(request, array_id)
+    context = _array_status(request, job_array)
+    if is_htmx(request):
+        return render(request, "jobs/partials/_array_status.html", context)
+    context.update(_array_tasks_page(request, job_array))
+    return render(request, "jobs/array_detail.html", context)
+
+
+@login_required
+def array_tasks_view(request: HttpRequest, array_id: int) -> HttpResponse:
+    """One page of an array's tasks, in index order: what the job list's array row loads when expanded, and what
+    the array page's pager swaps in."""
+    job_array = _visible_array(request, array_id)
+    return render(request, "jobs/partials/_array_tasks.html", _array_tasks_page(request, job_array))
+
+
+@login_required
+@require_POST
+def array_cancel_view(request: AuthenticatedHttpRequest, array_id: int) -> HttpResponse:
+    job_array = _visible_array(request, array_id)
+    try:
+        result = job_array_cancel(job_array=job_array, by=request.user)
+    except ServiceError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.info(request, f"Array {job_array.pk}: {result.text()}")
+    if is_htmx(request):
+        return render(request, "jobs/partials/_array_status.html", _array_status(request, job_array))
+    return redirect("array-detail", array_id=job_array.pk)

@@ -18,6 +18,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from portal.errors import Conflict, ValidationFailed
+from portal.jobs.array_selectors import array_task_env
 from portal.jobs.ledger import release_lost_tasks_gpus, release_task_gpus
 from portal.jobs.logs import task_log_receive
 from portal.jobs.models import Job, JobTask, TaskState
@@ -197,6 +198,7 @@ def task_env(task: JobTask, job: Job, *, master: Node, nnodes: int) -> dict[str,
             "LOCAL_RANK": "0",
         }
     )
+    env.update(array_task_env(job))  # CORRAL_ARRAY_TASK_ID and the rest, for a task of a job array
     return env
 
 

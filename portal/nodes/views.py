@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
@@ -55,7 +56,7 @@ def node_release_fenced_view(request: AuthenticatedHttpRequest, name: str) -> Ht
     """An admin's word that the processes of a node's lost tasks are gone (the machine was powered off or
     reinstalled): free the GPUs they held. Staff only; everyone else gets a 403."""
     if not request.user.is_staff:
-        return HttpResponse("Only an administrator can release a node's fenced GPUs.", status=403)
+        raise PermissionDenied("Only an administrator can release a node's fenced GPUs.")
     node = get_object_or_404(Node, name=name)
     freed = node_release_fenced(node=node, by=request.user.get_username())
     messages.info(request, f"Released {freed} fenced GPU{'s' if freed != 1 else ''} of {node.name}.")

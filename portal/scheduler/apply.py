@@ -41,6 +41,7 @@ def apply_decision(decision: Decision, live: LiveSnapshot) -> Applied:
     preempted = sum(job_preempt(job_id=int(job_id), actor=ACTOR) for job_id in decision.preempt)
     started = sum(job_start(job_id=int(p.job_id), ranks=_ranks(p, live), actor=ACTOR) for p in decision.start)
     reasons = {int(job_id): _with_freeing(wait, live.freeing) for job_id, wait in decision.waiting.items()}
+    reasons.update((job_id, (WaitReason.ARRAY_LIMIT, detail)) for job_id, detail in live.held_back.items())
     reasons.update((job_id, (WaitReason.PREVIOUS_ATTEMPT_STOPPING, "")) for job_id in live.awaiting)
     jobs_set_wait_reasons(reasons=reasons)
     return Applied(started=started, preempted=preempted, waiting=len(reasons))

@@ -8,9 +8,11 @@ sees a model instance.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 
+from portal.jobs.array_selectors import array_tasks_held_back
 from portal.jobs.selectors import jobs_awaiting_previous_attempt, stopping_holds
 from portal.nodes.models import GpuHealth, Node, NodeState
 from portal.nodes.selectors import gpu_holders, gpus_present_on, nodes_not_down
@@ -30,6 +32,8 @@ class LiveSnapshot:
     awaiting: frozenset[int] = frozenset()
     #: GPUs being freed: held by attempts that are over, on nodes that are up (their processes are stopping).
     freeing: int = 0
+    #: Pending array tasks left out of the snapshot by their array's %N limit, with the detail of their reason.
+    held_back: Mapping[int, str] = field(default_factory=dict)
 
 
 def build_snapshot(*, now: datetime, fair_share: bool = False) -> LiveSnapshot:
@@ -72,7 +76,8 @@ def build_snapshot(*, now: datetime, fair_share: bool = False) -> LiveSnapshot:
     )
     holds = stopping_holds()
     awaiting = frozenset(jobs_awaiting_previous_attempt())
-    job_views = tuple(view for view in active_job_views() if view.id not in awaiting)
+    held_back = array_tasks_held_back()
+    job_views = tuple(view for view in active_job_views() if view.id not in awaiting and view.id not in held_back)
     return LiveSnapshot(
         snapshot=Snapshot(
             nodes=node_views,
@@ -84,5 +89,6 @@ def build_snapshot(*, now: datetime, fair_share: bool = False) -> LiveSnapshot:
         nodes_by_name={n.name: n for n in nodes},
         gpu_index=gpu_index,
         awaiting=awaiting,
+        held_back=held_back,
         freeing=sum(h.gpus for h in holds if not h.fenced),
     )

@@ -2,6 +2,10 @@
 the live nodes, or a uniform cluster of a size to try), whether the tenants' quotas of today apply, and, if they do,
 other quotas to try for some tenants in this replay only ("what if lab had 16 guaranteed GPUs").
 
+Every policy is offered as it is and with the tenant layer (``+quota``), whatever runs live. Caps hold jobs back
+under every policy; guaranteed GPUs and the fair-share half-life are read by ``+quota`` policies alone, so the page
+groups them as such and ``static/whatif.js`` shows them only while a ``+quota`` policy is ticked (#18).
+
 It checks shapes and turns dates into the window's datetimes, and judges what it can with the rules of
 ``scheduling.sim.replay_rules`` (racks against nodes, a guarantee against its cap, the window, the overhead), in its
 own words next to the input; ``whatif_create`` checks the rest (whether the window holds any finished job, whether
@@ -18,6 +22,7 @@ from functools import cached_property
 from typing import Any
 
 from django import forms
+from django.forms.boundfield import BoundWidget
 from django.utils import timezone
 
 from portal.whatif.describe import layout_text
@@ -141,9 +146,11 @@ class WhatIfForm(forms.Form):
         self._add_quota_fields()
         field = self.fields["policies"]
         assert isinstance(field, forms.MultipleChoiceField)  # declared above; each form has its own copy
-        names = list(POLICIES)
+        # Every policy, then each with the tenant layer, whatever runs live: "what would +quota have done" is the
+        # question before switching to it (#18).
+        names = [*POLICIES, *(f"{name}{QUOTA_SUFFIX}" for name in POLICIES)]
         if live_policy not in names:
-            names.append(live_policy)  # e.g. fifo+quota: offered as it runs
+            names.append(live_policy)  # a name the form does not know of: offered as it runs
         field.choices = [(name, _policy_label(name, live=name == live_policy)) for name in names]
         field.initial = [live_policy]
         self.fields["placement"].initial = live_placement
@@ -189,6 +196,16 @@ class WhatIfForm(forms.Form):
             self.quota_refusals.append(f"These quotas were refused: {message}.")
         else:
             self.add_error(field if field in self.fields else None, message[:1].upper() + message[1:])
+
+    @property
+    def plain_policies(self) -> list[BoundWidget]:
+        """The policies' checkboxes without the tenant layer, for the template to group."""
+        return [choice for choice in self["policies"] if not choice.data["value"].endswith(QUOTA_SUFFIX)]
+
+    @property
+    def quota_policies(self) -> list[BoundWidget]:
+        """The ``+quota`` policies' checkboxes: the only ones that read guaranteed GPUs and fair share."""
+        return [choice for choice in self["policies"] if choice.data["value"].endswith(QUOTA_SUFFIX)]
 
     @property
     def uniform_fields(self) -> tuple[str, ...]:

@@ -5,6 +5,11 @@ simulator's ``--json`` summary plus the few numbers the page adds (utilization, 
 figures built by ``scheduling.sim.report``'s pure functions, resampled (``CDF_POINTS``, ``TIMELINE_BINS``) and
 rounded to ``DIGITS`` significant digits, so a run stays at a few hundred KB whatever the history's length.
 
+Times are printed and charted by the rules ``corral simulate`` uses (#18): each time column of the table in the one
+unit its values call for (``scheduling.sim.units.time_scale``; the recorded history's row shares the columns, so it
+counts), each figure's time axis in the unit of its longest value once every policy's traces are together, and the
+ratio column against ``scheduling.sim.report.baseline_policy`` (the live policy, else the first listed).
+
 Records are lists, not dicts keyed by policy: PostgreSQL's jsonb does not keep key order, and the page shows
 policies in the order the admin listed them.
 """
@@ -19,14 +24,26 @@ from typing import Any
 import numpy as np
 
 from scheduling.sim.metrics import PolicyMetrics
-from scheduling.sim.report import Figure, Run, jct_cdf_figure, tenant_figure, timeline_figure
+from scheduling.sim.report import (
+    Figure,
+    Run,
+    baseline_policy,
+    jct_cdf_figure,
+    ratio_text,
+    readable,
+    tenant_figure,
+    timeline_figure,
+)
 from scheduling.sim.trace import TraceJob
+from scheduling.sim.units import TimeScale, time_scale
 
 CDF_POINTS = 200
 TIMELINE_BINS = 300
 DIGITS = 4
 
 Record = dict[str, Any]  # one policy's numbers, JSON-ready
+#: The table's time columns (the recorded history's row has these too).
+TIME_KEYS = ("avg_jct", "median_jct", "p95_jct", "avg_queue")
 
 
 def policy_record(metrics: PolicyMetrics) -> Record:
@@ -46,19 +63,19 @@ def policy_figures(run: Run) -> list[Figure]:
     """One policy's traces of the page's four figures (JCT CDF, jobs waiting, GPU utilization, JCT per tenant).
 
     Built per policy so a caller can drop each replay's outcomes before simulating the next; ``merge_figures``
-    puts them side by side.
+    puts them side by side. Their times stay in seconds until then, so that all policies share one unit.
     """
-    figures = [
-        jct_cdf_figure([run], points=CDF_POINTS),
-        timeline_figure([run], queue=True, bins=TIMELINE_BINS),
-        timeline_figure([run], queue=False, bins=TIMELINE_BINS),
-        tenant_figure([run]),
+    return [
+        jct_cdf_figure([run], points=CDF_POINTS, seconds=True),
+        timeline_figure([run], queue=True, bins=TIMELINE_BINS, seconds=True),
+        timeline_figure([run], queue=False, bins=TIMELINE_BINS, seconds=True),
+        tenant_figure([run], seconds=True),
     ]
-    return [_rounded(figure) for figure in figures]
 
 
 def merge_figures(per_policy: Sequence[list[Figure]], *, live_policy: str) -> list[Figure]:
-    """The figures with every policy's traces together; the live policy's legend entry says "(live)"."""
+    """The figures with every policy's traces together, each time axis in the unit its longest value calls for
+    (the length of the longest replay for the timelines), rounded; the live policy's legend entry says "(live)"."""
     if not per_policy:
         return []
     merged: list[Figure] = []
@@ -67,7 +84,7 @@ def merge_figures(per_policy: Sequence[list[Figure]], *, live_policy: str) -> li
         for trace in data:
             if trace.get("name") == live_policy:
                 trace["name"] = f"{live_policy} (live)"
-        merged.append({"data": data, "layout": first["layout"]})
+        merged.append(_rounded(readable({"data": data, "layout": first["layout"]})))
     return merged
 
 
@@ -105,21 +122,29 @@ class Row:
     fairness: str
 
 
-def table_rows(records: Sequence[Record], *, live_policy: str) -> list[Row]:
-    """The table: each policy's times, and its average JCT as a ratio to the live policy's ("-" when the live
-    policy was not replayed)."""
-    live = next((r for r in records if r["policy"] == live_policy), None)
-    baseline = live["avg_jct"] if live is not None and live["avg_jct"] > 0 else None
+def time_scales(records: Sequence[Record], observed: Record | None = None) -> dict[str, TimeScale]:
+    """One unit per time column, from every value the column shows: each policy's, and the recorded history's when
+    there is one."""
+    shown = [*records, *([observed] if observed and observed.get("jobs") else [])]
+    return {key: time_scale(float(r[key]) for r in shown) for key in TIME_KEYS}
+
+
+def table_rows(records: Sequence[Record], *, live_policy: str, observed: Record | None = None) -> list[Row]:
+    """The table: each policy's times, one unit per column (``observed``, the row :func:`observed_row` prints below,
+    counts in choosing it), and its average JCT as a ratio to the baseline's (:func:`baseline`)."""
+    scales = time_scales(records, observed)
+    name = baseline(records, live_policy=live_policy)
+    base = next((r["avg_jct"] for r in records if r["policy"] == name), None)
     return [
         Row(
             policy=r["policy"],
             live=r["policy"] == live_policy,
             oracle=bool(r.get("clairvoyant")),
-            avg_jct=span(r["avg_jct"]),
-            ratio=f"{r['avg_jct'] / baseline:.2f}x" if baseline else "-",
-            median_jct=span(r["median_jct"]),
-            p95_jct=span(r["p95_jct"]),
-            avg_queue=span(r["avg_queue"]),
+            avg_jct=scales["avg_jct"].text(r["avg_jct"]),
+            ratio=ratio_text(r["avg_jct"], base),
+            median_jct=scales["median_jct"].text(r["median_jct"]),
+            p95_jct=scales["p95_jct"].text(r["p95_jct"]),
+            avg_queue=scales["avg_queue"].text(r["avg_queue"]),
             utilization=f"{100 * r['utilization']:.0f}%",
             preemptions=str(r["preemptions"]),
             fairness=f"{r['fairness']:.3f}",
@@ -128,23 +153,19 @@ def table_rows(records: Sequence[Record], *, live_policy: str) -> list[Row]:
     ]
 
 
-def observed_row(record: Record | None) -> dict[str, str] | None:
-    """The recorded history's times (see :func:`observed`) formatted like the table's rows; None without jobs."""
+def baseline(records: Sequence[Record], *, live_policy: str) -> str | None:
+    """The policy the ratio column compares with: the live one when it was replayed, else the first listed, as
+    ``corral simulate`` does (``baseline_policy``)."""
+    return baseline_policy([r["policy"] for r in records], live=live_policy)
+
+
+def observed_row(record: Record | None, *, records: Sequence[Record] = ()) -> dict[str, str] | None:
+    """The recorded history's times (see :func:`observed`) formatted like the table's rows, in the units of the
+    columns they sit in (``records``: the policies' rows above); None without jobs."""
     if not record or not record.get("jobs"):
         return None
-    return {key: span(record[key]) for key in ("avg_jct", "median_jct", "p95_jct", "avg_queue")}
-
-
-def span(seconds: float) -> str:
-    """Seconds as the page shows them: "45 s", "12.5 min", "3.2 h", "4.1 d" (a table of hours would read 0.00
-    for a history of short jobs)."""
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 2 * 3600:
-        return f"{seconds / 60:.1f} min"
-    if seconds < 2 * 86_400:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86_400:.1f} d"
+    scales = time_scales(records, record)
+    return {key: scales[key].text(record[key]) for key in TIME_KEYS}
 
 
 def _rounded(figure: Figure) -> Figure:

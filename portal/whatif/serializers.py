@@ -22,7 +22,7 @@ from rest_framework import serializers
 
 from portal.whatif.describe import cluster_text, is_live_copy
 from portal.whatif.models import WhatIfRun, WhatIfState
-from portal.whatif.results import observed_row, table_rows
+from portal.whatif.results import baseline, observed_row, table_rows
 from portal.whatif.selectors import ClusterShape
 from portal.whatif.services import ReplayCluster
 from scheduling.core.model import TenantLimits
@@ -200,7 +200,10 @@ class TimesShownSerializer(serializers.Serializer[dict[str, Any]]):
 class PolicyShownSerializer(TimesShownSerializer):
     """One policy's row of the run page's table, formatted as the page shows it ("90.0 min", "1.00x", "75%")."""
 
-    ratio = serializers.CharField(help_text="Average JCT over the live policy's; `-` when it was not replayed.")
+    ratio = serializers.CharField(
+        help_text="Average JCT over the baseline's (`baseline`: the live policy when it was replayed, else the first "
+        "listed), e.g. `0.50x`."
+    )
     utilization = serializers.CharField()
     preemptions = serializers.CharField()
     fairness = serializers.CharField()
@@ -239,6 +242,11 @@ class ObservedSerializer(serializers.Serializer[dict[str, Any]]):
 
 
 class WhatIfResultsSerializer(serializers.Serializer[dict[str, Any]]):
+    baseline = serializers.CharField(
+        allow_null=True,
+        help_text="The policy every `ratio` compares with: the live policy when it was replayed, else the first "
+        "listed (as `corral simulate` does).",
+    )
     skipped = serializers.IntegerField(help_text=SKIPPED)
     policies = PolicyResultSerializer(many=True, help_text="In the order asked for.")
     observed = ObservedSerializer(allow_null=True)
@@ -348,14 +356,15 @@ class WhatIfRunSerializer(serializers.ModelSerializer[WhatIfRun]):
             return None
         stored: dict[str, Any] = run.results
         records: list[dict[str, Any]] = stored.get("policies", [])
-        rows = table_rows(records, live_policy=run.live_policy)
+        observed: dict[str, Any] = stored.get("observed") or {}
+        rows = table_rows(records, live_policy=run.live_policy, observed=observed)
         policies = []
         for record, row in zip(records, rows, strict=True):
             shown = asdict(row)
             policies.append({**record, "live": shown.pop("live"), "shown": shown})
-        observed: dict[str, Any] = stored.get("observed") or {}
-        observed_shown = observed_row(observed)
+        observed_shown = observed_row(observed, records=records)
         results = {
+            "baseline": baseline(records, live_policy=run.live_policy),
             "skipped": stored.get("skipped", 0),
             "policies": policies,
             "observed": None if observed_shown is None else {**observed, "shown": observed_shown},

@@ -21,9 +21,10 @@ from portal.web.htmx import is_htmx
 from portal.whatif.describe import cluster_brief, cluster_text, quota_rows
 from portal.whatif.forms import WhatIfForm
 from portal.whatif.models import WhatIfRun, WhatIfState
-from portal.whatif.results import observed_row, table_rows
+from portal.whatif.results import baseline, observed_row, table_rows
 from portal.whatif.selectors import whatif_get, whatif_list, whatif_live_cluster
 from portal.whatif.services import whatif_create
+from scheduling.core.policies import QUOTA_SUFFIX
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -96,6 +97,7 @@ def whatif_detail_view(request: HttpRequest, run_id: int) -> HttpResponse:
 def _run_context(run: WhatIfRun) -> dict[str, object]:
     results = run.results if run.state == WhatIfState.DONE else {}
     records = results.get("policies", [])
+    observed = results.get("observed")
     quotas = quota_rows(run)
     return {
         "run": run,
@@ -104,10 +106,13 @@ def _run_context(run: WhatIfRun) -> dict[str, object]:
         # The table lists only the tenants with a limit; say so when it left some out.
         "unlimited_tenants": quotas is not None and len(quotas) < len(run.quotas or {}),
         "quotas_edited": any(quota.edited for quota in quotas or ()),
-        "rows": table_rows(records, live_policy=run.live_policy),
+        "rows": table_rows(records, live_policy=run.live_policy, observed=observed),
+        "baseline": baseline(records, live_policy=run.live_policy),
         "live_replayed": any(r["policy"] == run.live_policy for r in records),
+        # Guaranteed GPUs and fair share are read by +quota policies alone: the page says when none was replayed.
+        "quota_replayed": any(name.endswith(QUOTA_SUFFIX) for name in run.policies),
         "fairness_over": records[0]["fairness_over"] if records else "",
-        "observed": observed_row(results.get("observed")),
+        "observed": observed_row(observed, records=records),
         "skipped": results.get("skipped", 0),
         "figures": results.get("figures", []),
     }

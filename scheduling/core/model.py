@@ -35,6 +35,8 @@ class WaitReason(StrEnum):
     SHORT_JOBS_ONLY = "short_jobs_only"
     # Would borrow idle quota, and fair share put other tenants' borrowers (less recent usage) ahead of it.
     FAIR_SHARE = "fair_share"
+    # Its job array's %N limit: as many of the array's tasks run as it allows (the live loop holds the rest back).
+    ARRAY_LIMIT = "array_limit"
 
     @property
     def label(self) -> str:
@@ -53,6 +55,7 @@ _REASON_LABELS: dict[WaitReason, str] = {
     WaitReason.PREEMPTED: "Preempted by a higher-priority job; waiting to resume.",
     WaitReason.SHORT_JOBS_ONLY: "Waiting for GPUs: the only free ones that would fit are cordoned (predicted to fail).",
     WaitReason.FAIR_SHARE: "Queued to borrow idle GPUs: tenants that used less of their share lately borrow first.",
+    WaitReason.ARRAY_LIMIT: "Waiting: its job array already runs as many tasks at once as its limit allows.",
 }
 
 

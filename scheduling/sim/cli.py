@@ -95,7 +95,8 @@ def simulate_command(
     except (TraceError, OSError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
-    loaded = _cluster_and_quotas(setup, nodes, gpus_per_node, racks)
+    stored = _setup_json(setup)
+    loaded = _cluster_and_quotas(setup, stored, nodes, gpus_per_node, racks)
     cluster, tenants = loaded.cluster, loaded.tenants
     assert cluster is not None  # _cluster_and_quotas refuses a setup without one
     half_life = loaded.usage_half_life
@@ -104,15 +105,16 @@ def simulate_command(
             _refuse(f"--fair-share-half-life must be a number of hours from 0 to {MAX_HALF_LIFE_HOURS:.0f}")
         half_life = fair_share_half_life * 3600.0 if fair_share_half_life > 0 else None
     runs = _run_all(jobs, names, cluster, tenants, placement.value, overhead, half_life)
+    live = _live_policy(stored)
     if as_json:
         typer.echo(json.dumps({"policies": {r.metrics.policy: r.metrics.summary() for r in runs}}, indent=2))
     else:
-        _print_table(runs)
+        _print_table(runs, live=live)
     if report is not None:
         from scheduling.sim.report import render_report
 
         title = f"{trace.name} on {cluster.describe()} ({placement.value} placement)"
-        report.write_text(render_report(runs, title=title), encoding="utf-8")
+        report.write_text(render_report(runs, title=title, live=live), encoding="utf-8")
         typer.echo(f"report written to {report}", err=True)
 
 
@@ -127,17 +129,38 @@ def _policy_names(requested: list[str], known: list[str]) -> list[str]:
     return list(dict.fromkeys(requested))
 
 
-def _cluster_and_quotas(setup: Path | None, nodes: int | None, gpus_per_node: int | None, racks: int) -> ReplaySetup:
-    """The cluster from --nodes/--gpus-per-node/--racks, else from --setup; the quotas and fair-share half-life
-    from --setup (none without). A setup that cannot be read ends the command with one line and exit status 2."""
+def _setup_json(setup: Path | None) -> object:
+    """The --setup file's JSON (None without one). A file that cannot be read or parsed ends the command with one
+    line and exit status 2."""
+    if setup is None:
+        return None
+    try:
+        return json.loads(setup.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:  # JSONDecodeError is a ValueError
+        _refuse(f"{setup}: {exc}")
+
+
+def _live_policy(stored: object) -> str | None:
+    """The policy the cluster ran, as a what-if run's JSON names it (``live_policy``): the ratio column's baseline
+    when it was replayed, as on the what-if page (``baseline_policy``)."""
+    live = stored.get("live_policy") if isinstance(stored, dict) else None
+    return live if isinstance(live, str) and live else None
+
+
+def _cluster_and_quotas(
+    setup: Path | None, stored: object, nodes: int | None, gpus_per_node: int | None, racks: int
+) -> ReplaySetup:
+    """The cluster from --nodes/--gpus-per-node/--racks, else from --setup (``stored``, its JSON); the quotas and
+    fair-share half-life from --setup (none without). A setup that cannot be used ends the command with one line
+    and exit status 2."""
     from scheduling.sim.replay_setup import ReplaySetup, read_setup
     from scheduling.sim.simulator import Cluster
 
     loaded = ReplaySetup(cluster=None)
     if setup is not None:
         try:
-            loaded = read_setup(json.loads(setup.read_text(encoding="utf-8")))
-        except (OSError, UnicodeDecodeError, ValueError) as exc:  # SetupError and JSONDecodeError are ValueErrors
+            loaded = read_setup(stored)
+        except ValueError as exc:  # SetupError is a ValueError
             _refuse(f"{setup}: {exc}")
     if nodes is not None or gpus_per_node is not None:
         if nodes is None or gpus_per_node is None:
@@ -186,37 +209,28 @@ def _run_all(
     return runs
 
 
-def _print_table(runs: Sequence[Run]) -> None:
+def _print_table(runs: Sequence[Run], *, live: str | None = None) -> None:
+    """The comparison: each time column in the unit its values call for (``column_scales``), the ratio column
+    against the baseline the what-if page uses (``baseline_policy``)."""
     from rich.console import Console
     from rich.table import Table
 
-    baseline = next((r.metrics.avg_jct for r in runs if r.metrics.policy == "srsf"), None)
-    table = Table(title="Simulated policies (times in hours)")
-    for col in (
-        "policy",
-        "avg JCT",
-        "vs srsf",
-        "median",
-        "p95",
-        "p99",
-        "avg queue",
-        "makespan (d)",
-        "util",
-        "preempt",
-        "fairness",
-    ):
+    from scheduling.sim.report import TIME_COLUMNS, baseline_policy, column_scales, ratio_text
+
+    metrics = [r.metrics for r in runs]
+    baseline = baseline_policy([m.policy for m in metrics], live=live)
+    base_jct = next((m.avg_jct for m in metrics if m.policy == baseline), None)
+    scales = column_scales(metrics)
+    times = [f"{title} ({scales[key].unit})" for key, title in TIME_COLUMNS]
+    table = Table(title="Simulated policies")
+    for col in ("policy", times[0], f"vs {baseline}", *times[1:], "util", "preempt", "fairness"):
         table.add_column(col, justify="right")
-    for r in runs:
-        m = r.metrics
+    for m in metrics:
         table.add_row(
             m.policy + (" (oracle)" if m.clairvoyant else ""),
-            f"{m.avg_jct / 3600:.2f}",
-            f"{m.avg_jct / baseline:.3f}x" if baseline else "-",
-            f"{m.median_jct / 3600:.2f}",
-            f"{m.p95_jct / 3600:.2f}",
-            f"{m.p99_jct / 3600:.2f}",
-            f"{m.avg_queue / 3600:.2f}",
-            f"{m.makespan / 86400:.2f}",
+            scales["avg_jct"].number(m.avg_jct),
+            ratio_text(m.avg_jct, base_jct),
+            *(scales[key].number(getattr(m, key)) for key, _ in TIME_COLUMNS[1:]),
             f"{100 * m.utilization:.0f}%",
             str(m.preemptions),
             f"{m.fairness:.3f}",

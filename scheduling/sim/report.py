@@ -1,7 +1,11 @@
-"""A self-contained HTML report comparing policies on one trace.
+"""A self-contained HTML report comparing policies on one trace, and the rules its table shares with ``corral
+simulate`` and the what-if page: which policy the ratio column compares with (:func:`baseline_policy`), and times
+in one unit per column and axis (:func:`scheduling.sim.units.time_scale`).
 
 Figures are plain plotly figure dicts built by pure functions (testable without a browser); ``render_report``
-inlines plotly.js once, so the page works on an air-gapped cluster.
+inlines plotly.js once, so the page works on an air-gapped cluster. A figure's time axis is built in seconds and
+turned into the unit that suits its values last (:func:`readable`), so the what-if page, which builds each policy's
+traces apart and puts them together afterwards, picks one unit for all of them as the report does.
 """
 
 from __future__ import annotations
@@ -15,8 +19,18 @@ import numpy as np
 
 from scheduling.sim.metrics import PolicyMetrics, resample
 from scheduling.sim.simulator import SimResult
+from scheduling.sim.units import TimeScale, time_scale
 
 Figure = dict[str, Any]  # a plotly figure as JSON-like data
+#: The times of the comparison table, as (PolicyMetrics attribute, column title); each gets its own unit.
+TIME_COLUMNS = (
+    ("avg_jct", "avg JCT"),
+    ("median_jct", "median"),
+    ("p95_jct", "p95"),
+    ("p99_jct", "p99"),
+    ("avg_queue", "avg queue"),
+    ("makespan", "makespan"),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,15 +41,57 @@ class Run:
     metrics: PolicyMetrics
 
 
+def baseline_policy(policies: Sequence[str], *, live: str | None = None) -> str | None:
+    """The policy every other one's average JCT is compared with: the live one when it was replayed, else the first
+    listed (``--policy all`` lists ``fifo`` first). The what-if page passes the live ``CORRAL_POLICY``;
+    ``corral simulate`` the ``live_policy`` of its ``--setup`` file, if any. None when nothing was replayed."""
+    if live is not None and live in policies:
+        return live
+    return policies[0] if policies else None
+
+
+def ratio_text(avg_jct: float, baseline_avg_jct: float | None) -> str:
+    """``0.50x``: an average JCT over the baseline's (below 1.00x is better); ``-`` without a baseline."""
+    return f"{avg_jct / baseline_avg_jct:.2f}x" if baseline_avg_jct else "-"
+
+
+def column_scales(metrics: Sequence[PolicyMetrics]) -> dict[str, TimeScale]:
+    """One unit per time column of the comparison table, from every policy's value in it."""
+    return {key: time_scale(getattr(m, key) for m in metrics) for key, _ in TIME_COLUMNS}
+
+
 def _layout(title: str, x: str, y: str) -> dict[str, Any]:
     return {"title": {"text": title}, "xaxis": {"title": {"text": x}}, "yaxis": {"title": {"text": y}}, "height": 420}
 
 
-def jct_cdf_figure(runs: Sequence[Run], points: int = 400) -> Figure:
-    """Empirical CDF of JCT per policy (hours, log x)."""
+def _timed(figure: Figure, axis: str, what: str) -> Figure:
+    """Mark ``axis`` of ``figure`` as seconds of ``what``, for :func:`readable` (plotly ignores ``meta``)."""
+    figure["layout"]["meta"] = {"time_axis": axis, "time_title": what}
+    return figure
+
+
+def readable(figure: Figure) -> Figure:
+    """``figure`` with its time axis (marked by the builders, in seconds) in the unit its values call for: the
+    largest value, i.e. the length of a timeline or the longest JCT, picks it (``time_scale``). Idempotent: the
+    mark is removed once applied."""
+    meta = figure["layout"].pop("meta", None)
+    if not meta:
+        return figure
+    axis = meta["time_axis"]
+    scale = time_scale(v for trace in figure["data"] for v in trace.get(axis) or ())
+    for trace in figure["data"]:
+        if trace.get(axis):
+            trace[axis] = [scale.value(v) for v in trace[axis]]
+    figure["layout"][f"{axis}axis"]["title"]["text"] = scale.title(meta["time_title"])
+    return figure
+
+
+def jct_cdf_figure(runs: Sequence[Run], points: int = 400, *, seconds: bool = False) -> Figure:
+    """Empirical CDF of JCT per policy (log x, in the unit the longest JCT calls for; in seconds, marked for
+    :func:`readable`, with ``seconds=True``)."""
     traces = []
     for run in runs:
-        jct = np.sort([o.jct / 3600 for o in run.result.outcomes])
+        jct = np.sort([o.jct for o in run.result.outcomes])
         if jct.size == 0:
             continue
         idx = np.unique(np.linspace(0, jct.size - 1, min(points, jct.size)).astype(int))
@@ -48,28 +104,33 @@ def jct_cdf_figure(runs: Sequence[Run], points: int = 400) -> Figure:
                 "y": ((idx + 1) / jct.size).tolist(),
             }
         )
-    layout = _layout("JCT distribution", "job completion time (hours)", "fraction of jobs")
+    layout = _layout("JCT distribution", "job completion time", "fraction of jobs")
     layout["xaxis"]["type"] = "log"
-    return {"data": traces, "layout": layout}
+    figure = _timed({"data": traces, "layout": layout}, "x", "job completion time")
+    return figure if seconds else readable(figure)
 
 
-def timeline_figure(runs: Sequence[Run], *, queue: bool, bins: int = 600) -> Figure:
-    """Queued jobs (``queue=True``) or GPU utilization (%) over time, per policy."""
+def timeline_figure(runs: Sequence[Run], *, queue: bool, bins: int = 600, seconds: bool = False) -> Figure:
+    """Queued jobs (``queue=True``) or GPU utilization (%) over time, per policy; time runs from the first
+    submission, in the unit the replay's length calls for (seconds, marked, with ``seconds=True``)."""
     traces = []
     for run in runs:
         times, busy, queued = resample(run.result.timeline, bins)
         total = run.result.cluster.total_gpus
         y = queued if queue else [100 * b / total for b in busy]
-        traces.append(
-            {"type": "scatter", "mode": "lines", "name": _label(run), "x": [t / 86400 for t in times], "y": y}
-        )
+        traces.append({"type": "scatter", "mode": "lines", "name": _label(run), "x": list(times), "y": y})
+    when = "time since the first submission"
     if queue:
-        return {"data": traces, "layout": _layout("Jobs waiting over time", "days", "jobs waiting")}
-    return {"data": traces, "layout": _layout("GPU utilization over time", "days", "% of GPUs busy")}
+        figure = {"data": traces, "layout": _layout("Jobs waiting over time", when, "jobs waiting")}
+    else:
+        figure = {"data": traces, "layout": _layout("GPU utilization over time", when, "% of GPUs busy")}
+    figure = _timed(figure, "x", when)
+    return figure if seconds else readable(figure)
 
 
-def tenant_figure(runs: Sequence[Run]) -> Figure:
-    """Average JCT per tenant (or per user when the trace has no tenants), one bar group per policy."""
+def tenant_figure(runs: Sequence[Run], *, seconds: bool = False) -> Figure:
+    """Average JCT per tenant (or per user when the trace has no tenants), one bar group per policy, in the unit
+    the longest calls for (seconds, marked, with ``seconds=True``)."""
     per = "tenant" if any(len(r.metrics.per_tenant) > 1 for r in runs) else "user"
     traces = []
     for run in runs:
@@ -80,59 +141,47 @@ def tenant_figure(runs: Sequence[Run]) -> Figure:
                 "type": "bar",
                 "name": _label(run),
                 "x": [n or "(none)" for n in names],
-                "y": [groups[n].avg_jct / 3600 for n in names],
+                "y": [groups[n].avg_jct for n in names],
             }
         )
-    layout = _layout(f"Average JCT per {per}", per, "average JCT (hours)")
+    layout = _layout(f"Average JCT per {per}", per, "average JCT")
     layout["barmode"] = "group"
-    return {"data": traces, "layout": layout}
+    figure = _timed({"data": traces, "layout": layout}, "y", "average JCT")
+    return figure if seconds else readable(figure)
 
 
 def _label(run: Run) -> str:
     return f"{run.metrics.policy} (oracle)" if run.metrics.clairvoyant else run.metrics.policy
 
 
-def _table(runs: Sequence[Run], baseline: float | None) -> str:
-    head = (
-        "policy",
-        "avg JCT (h)",
-        "vs srsf",
-        "median (h)",
-        "p95 (h)",
-        "p99 (h)",
-        "avg queue (h)",
-        "makespan (d)",
-        "utilization",
-        "preemptions",
-        "fairness",
-    )
+def _table(runs: Sequence[Run], *, live: str | None = None) -> str:
+    metrics = [r.metrics for r in runs]
+    baseline = baseline_policy([m.policy for m in metrics], live=live)
+    base_jct = next((m.avg_jct for m in metrics if m.policy == baseline), None)
+    scales = column_scales(metrics)
+    times = [f"{title} ({scales[key].unit})" for key, title in TIME_COLUMNS]
+    head = ("policy", times[0], f"vs {baseline}", *times[1:], "utilization", "preemptions", "fairness")
     rows = []
     for r in runs:
         m = r.metrics
-        ratio = f"{m.avg_jct / baseline:.3f}x" if baseline else "-"
         cells = (
             _label(r),
-            f"{m.avg_jct / 3600:.2f}",
-            ratio,
-            f"{m.median_jct / 3600:.2f}",
-            f"{m.p95_jct / 3600:.2f}",
-            f"{m.p99_jct / 3600:.2f}",
-            f"{m.avg_queue / 3600:.2f}",
-            f"{m.makespan / 86400:.2f}",
+            scales["avg_jct"].number(m.avg_jct),
+            ratio_text(m.avg_jct, base_jct),
+            *(scales[key].number(getattr(m, key)) for key, _ in TIME_COLUMNS[1:]),
             f"{100 * m.utilization:.1f}%",
             str(m.preemptions),
             f"{m.fairness:.3f} ({m.fairness_over})",
         )
         rows.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
-    header = "<tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>"
+    header = "<tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>"
     return f"<table>{header}{''.join(rows)}</table>"
 
 
-def render_report(runs: Sequence[Run], *, title: str) -> str:
-    """The whole HTML page."""
+def render_report(runs: Sequence[Run], *, title: str, live: str | None = None) -> str:
+    """The whole HTML page. ``live``: the policy the cluster runs, the ratios' baseline when it was replayed."""
     import plotly.io as pio  # heavy: only when a report is asked for
 
-    baseline = next((r.metrics.avg_jct for r in runs if r.metrics.policy == "srsf"), None)
     figures = [
         jct_cdf_figure(runs),
         timeline_figure(runs, queue=True),
@@ -148,5 +197,5 @@ def render_report(runs: Sequence[Run], *, title: str) -> str:
         "body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px}"
         "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}"
         "</style></head><body>"
-        f"<h1>{html.escape(title)}</h1>{_table(runs, baseline)}" + "".join(parts) + "</body></html>"
+        f"<h1>{html.escape(title)}</h1>{_table(runs, live=live)}" + "".join(parts) + "</body></html>"
     )

@@ -50,16 +50,11 @@ def page(corral_stack: Stack, e2e_user: Any, monkeypatch: pytest.MonkeyPatch) ->
 
 
 def collect_errors(page: Any) -> list[str]:
-    """A list that fills with every error the browser reports from now on (uncaught exceptions and console errors),
-    except the missing favicon, which no page asks for."""
+    """A list that fills with every error the browser reports from now on (uncaught exceptions and console errors)."""
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(f"page error: {exc}"))
     page.on(
         "console",
-        lambda msg: (
-            errors.append(f"console: {msg.text} ({msg.location.get('url')})")
-            if msg.type == "error" and not msg.location.get("url", "").endswith("/favicon.ico")
-            else None
-        ),
+        lambda msg: errors.append(f"console: {msg.text} ({msg.location.get('url')})") if msg.type == "error" else None,
     )
     return errors

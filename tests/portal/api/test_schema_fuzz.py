@@ -176,7 +176,8 @@ def _refusals(case: schemathesis.Case) -> tuple[int, ...]:
     answers that before it authenticates. A NUL character in the URL is refused before anything else looks at it
     (``portal/web/middleware.py``): 404 in the path, 400 in the query string. Ref: #15"""
     url_path = unquote(urlsplit(case.formatted_path).path)
-    query = case.query or {}
+    # A parameter whose value is an empty list is not in the URL at all, so its name cannot be refused.
+    query = {key: value for key, value in (case.query or {}).items() if value != []}
     values = [v for value in query.values() for v in (value if isinstance(value, list) else [value])]
     if "\x00" in url_path:
         return (404,)

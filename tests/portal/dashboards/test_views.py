@@ -55,13 +55,14 @@ def test_the_page_polls_its_fragment_and_embeds_the_charts(world: World, history
     html = page.content.decode()
     assert page.status_code == 200 and "<html" in html
     assert 'href="/dashboard/"' in html  # in the nav
-    assert 'hx-get="/dashboard/?window=7d"' in html and 'hx-trigger="every 30s"' in html
+    # No window asked for: the shortest that holds the jobs, submitted 3 to 4 hours ago (#18).
+    assert 'hx-get="/dashboard/?window=6h"' in html and 'hx-trigger="every 30s"' in html
     assert f'src="{PLOTLY}"' in html and 'src="/static/dashboard.js"' in html and "cdn" not in html.lower()
     assert 'data-testid="tenant-table"' in html and ">lab</a>" in html and "alice" in html
     figures = _figures(page.content)
     assert set(figures) == {"utilization", "usage", "queue"}
     assert all(f["data"] for f in figures.values())
-    assert 'data-chart="utilization"' in html and "scheduling rounds are kept for a day" in html
+    assert 'data-chart="utilization"' in html and "No job waited in this window." in html
 
 
 def test_the_htmx_fragment_is_the_stats_alone(
@@ -77,7 +78,7 @@ def test_the_htmx_fragment_is_the_stats_alone(
     assert fragment.status_code == 200 and "<html" not in html and "<nav" not in html
     assert 'data-testid="dashboard-cards"' in html and 'data-testid="user-table"' in html
     assert "last 24 hours" in html and set(_figures(fragment.content)) == {"utilization", "usage", "queue"}
-    assert "No scheduling rounds recorded in this window." in html
+    assert "No job waited in this window." in html
 
 
 def test_a_member_never_sees_another_tenant(world: World, history: None, client: Client) -> None:
@@ -107,7 +108,7 @@ def test_a_bad_window_is_said_and_the_default_shown(world: World, history: None,
     page = client.get("/dashboard/?window=%3Cscript%3E")
     html = page.content.decode()
     assert page.status_code == 200 and "There is no window “&lt;script&gt;”" in html and "<script>" not in html
-    assert "choose 24h, 7d, 30d" in html and "last 7 days" in html and 'data-testid="tenant-table"' in html
+    assert "choose 1h, 6h, 24h, 7d, 30d" in html and "last 6 hours" in html and 'data-testid="tenant-table"' in html
 
 
 def test_a_tenant_the_user_cannot_see_gives_a_message_and_no_data(world: World, history: None, client: Client) -> None:
@@ -123,7 +124,7 @@ def test_a_tenant_the_user_cannot_see_gives_a_message_and_no_data(world: World, 
 
 def test_an_empty_window_says_there_is_no_data_yet(world: World, client: Client) -> None:
     html = _login(client, world.alice).get("/dashboard/").content.decode()
-    assert "No data yet for the last 7 days." in html and "dashboard-figures" not in html
+    assert "No data yet for the last 24 hours." in html and "dashboard-figures" not in html  # no job: a day
     assert 'hx-trigger="every 30s"' in html  # and it keeps looking
 
 

@@ -132,7 +132,8 @@ def test_a_script_queues_a_run_and_reads_what_the_page_shows(
     assert [p["policy"] for p in results["policies"]] == policies  # the order asked for
     fifo = results["policies"][1]
     assert (fifo["live"], fifo["clairvoyant"], fifo["jobs"], fifo["avg_jct"]) == (True, False, 4, 5400)  # 90 min
-    assert (fifo["shown"]["avg_jct"], fifo["shown"]["ratio"]) == ("90.0 min", "1.00x")
+    # 90 min, in hours as the rest of the avg JCT column (what really happened: 3.6 h on average). Ref: #18
+    assert (fifo["shown"]["avg_jct"], fifo["shown"]["ratio"], results["baseline"]) == ("1.50 h", "1.00x", "fifo")
     assert results["policies"][2]["clairvoyant"] is True  # srsf, an oracle
     assert results["observed"]["avg_jct"] == 13050 and results["skipped"] == 0
     assert results["figures"] is None  # only when asked for

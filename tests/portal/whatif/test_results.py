@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from portal.whatif.results import merge_figures, observed_row, policy_figures, policy_record, span, table_rows
+from portal.whatif.results import merge_figures, observed_row, policy_figures, policy_record, table_rows
 from scheduling.sim.metrics import measure
 from scheduling.sim.report import Run
 from scheduling.sim.simulator import Cluster, JobOutcome, SimResult, Timeline
@@ -68,8 +68,8 @@ def test_the_table_compares_each_policy_with_the_live_one() -> None:
         True,
         "1.00x",
         "60.0 min",
-        "60 s",
-        "2.0 h",
+        "60.0 s",
+        "2.00 h",
     )
     assert (srsf.live, srsf.oracle, srsf.ratio, srsf.utilization, srsf.fairness) == (
         False,
@@ -78,11 +78,11 @@ def test_the_table_compares_each_policy_with_the_live_one() -> None:
         "50%",
         "0.988",
     )
-    assert [r.ratio for r in table_rows(records, live_policy="qssf")] == ["-", "-"]  # the live policy not replayed
+    # The live policy not replayed: the first listed is the baseline, as in ``corral simulate``. Ref: #18
+    assert [r.ratio for r in table_rows(records, live_policy="qssf")] == ["1.00x", "0.50x"]
 
 
 def test_times_read_in_the_unit_that_suits_them() -> None:
-    assert [span(s) for s in (45, 750, 4 * 3600, 5 * 86_400)] == ["45 s", "12.5 min", "4.0 h", "5.0 d"]
     assert observed_row({"jobs": 0}) is None
     row = observed_row({"jobs": 2, "avg_jct": 90.0, "median_jct": 90.0, "p95_jct": 100.0, "avg_queue": 30.0})
-    assert row == {"avg_jct": "90 s", "median_jct": "90 s", "p95_jct": "100 s", "avg_queue": "30 s"}
+    assert row == {"avg_jct": "90.0 s", "median_jct": "90.0 s", "p95_jct": "100 s", "avg_queue": "30.0 s"}
