@@ -20,6 +20,8 @@ from typing import Any
 
 import httpx
 
+from agent.share import Share, parse_share
+
 log = logging.getLogger(__name__)
 
 #: Bytes of log sent per task per heartbeat (protocol limit).
@@ -144,9 +146,13 @@ class TaskReport:
     log_offset: int
     log: str
     log_size: int
+    #: Set when the agent evicted the task to protect online work on its shared GPU (issue #17); else absent.
+    eviction: Mapping[str, Any] | None = None
+    #: Set when the MPS server of the task's shared GPU faulted while it was a client (issue #17); else absent.
+    mps_fault: Mapping[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        body: dict[str, Any] = {
             "job": self.key.job,
             "attempt": self.key.attempt,
             "rank": self.key.rank,
@@ -158,6 +164,12 @@ class TaskReport:
             "log_end": self.log_end,
             "log_size": self.log_size,
         }
+        # Only when set, so a whole-GPU task's report is what it always was.
+        if self.eviction is not None:
+            body["eviction"] = dict(self.eviction)
+        if self.mps_fault is not None:
+            body["mps_fault"] = dict(self.mps_fault)
+        return body
 
     @property
     def log_end(self) -> int:
@@ -167,12 +179,18 @@ class TaskReport:
 
 @dataclass(frozen=True, slots=True)
 class StartOrder:
-    """A task to start. ``command`` is a shell string run by ``/bin/sh -c`` (or an argv list, run as is)."""
+    """A task to start. ``command`` is a shell string run by ``/bin/sh -c`` (or an argv list, run as is).
+
+    ``share``: a share of its one GPU under MPS (issue #17); None is a whole-GPU order, run as it always was.
+    ``share_error``: the order carried a share that does not parse; the task is refused with that sentence.
+    """
 
     key: TaskKey
     command: str | tuple[str, ...]
     gpus: tuple[int, ...]
     env: Mapping[str, str]
+    share: Share | None = None
+    share_error: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -366,11 +384,23 @@ def _start_order(item: Mapping[str, Any]) -> StartOrder:
     env = item.get("env") or {}
     if not isinstance(env, Mapping):
         raise TypeError("env must be an object")
+    gpus = tuple(_int(gpu) for gpu in item.get("gpus") or ())
+    share: Share | None = None
+    share_error: str | None = None
+    if item.get("share") is not None:
+        # A bad share refuses this task (reported as failed_to_start), not the order: the portal would repeat a
+        # skipped order for ever, while a refusal is reported once and settled.
+        try:
+            share = parse_share(item["share"], gpus)
+        except ValueError as exc:
+            share_error = f"bad share: {exc}"
     return StartOrder(
         key=TaskKey(_int(item["job"]), _int(item["attempt"]), _int(item.get("rank", 0))),
         command=command,
-        gpus=tuple(_int(gpu) for gpu in item.get("gpus") or ()),
+        gpus=gpus,
         env={str(name): str(value) for name, value in env.items()},
+        share=share,
+        share_error=share_error,
     )
 
 

@@ -13,6 +13,9 @@ long, counted from when the last good one was sent, the portal is about to reque
 the agent SIGKILLs them all and registers again (:meth:`Agent.fence_if_lease_expired`). A job never runs twice; an
 outage longer than the lease stops the node's jobs. The watchdog (:mod:`agent.watchdog`) does the same when the
 agent itself cannot (stopped, killed).
+
+Long on purpose: registration, the heartbeat, the lease and the shared GPUs' guard (issue #17) are one conversation
+with the portal; each step depends on the order of the others, which is clearest read in one place.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from agent.client import (
 from agent.log_shipper import LogShipper
 from agent.pid_records import KILL_WAIT_SECONDS
 from agent.runner import Runner
+from agent.share_guard import ShareGuard
 from agent.watchdog import LeaseFile
 
 log = logging.getLogger(__name__)
@@ -90,6 +94,7 @@ class Agent:
         flush_xids: Callable[[PortalClient], bool] | None = None,
         lease_file: LeaseFile | None = None,
         kill_wait: float = KILL_WAIT_SECONDS,
+        guard: ShareGuard | None = None,
     ) -> None:
         self.client = client
         self.runner = runner
@@ -120,6 +125,8 @@ class Agent:
         #: The lease of the current registration, and when it runs out on ``clock`` (None: no lease granted).
         self.lease_seconds: float | None = None
         self.lease_deadline: float | None = None
+        #: Runs shared GPUs: MPS daemons, protection of online work, server faults (None: no shares, most tests).
+        self.guard = guard
 
     # --- one iteration -----------------------------------------------------------------------------------------
     def step(self) -> float:
@@ -129,6 +136,8 @@ class Agent:
         if self.fence_if_lease_expired():
             return 0.0  # register again at once
         self.runner.poll()
+        if self.guard is not None:  # a share's exit may be its server's fault: look before reporting it (#17)
+            self.guard.check(force=self.guard.exit_pending())
         self.ship_xids_before_failures()
         reports = self.collect_reports()
         if self.fence_if_lease_expired():
@@ -242,7 +251,8 @@ class Agent:
                 budget -= len(chunk.text.encode())
             else:
                 chunk = self.runner.read_log(task, shipper.held(key), limit=0)  # the offset and the size, no bytes
-            reports.append(TaskReport(key, task.state, task.pid, task.exit_code, chunk.offset, chunk.text, chunk.size))
+            report = TaskReport(key, task.state, task.pid, task.exit_code, chunk.offset, chunk.text, chunk.size)
+            reports.append(replace(report, eviction=task.eviction, mps_fault=task.mps_fault))  # set for shares only
         return reports
 
     def apply(self, reply: HeartbeatReply) -> None:
@@ -265,6 +275,8 @@ class Agent:
         for start in reply.start:
             if start.key in self.finished:
                 log.warning("ignoring a start order for task %s, which already ran here", start.key.wire)
+            elif self.guard is not None and not self.guard.accepts(start):
+                log.info("holding back task %s: its GPU's MPS server is recovering (the order repeats)", start.key.wire)
             elif start.key not in self.runner.tasks:
                 self.runner.start(start)
         if reply.heartbeat_interval is not None:
@@ -283,6 +295,8 @@ class Agent:
         for key in self.runner.tasks:
             self._remember_finished(key)
         self.runner.drop_all()
+        if self.guard is not None:
+            self.guard.stop_daemons()  # fenced: nothing of this session may go on serving; shares start them anew
         self.sent_offsets.clear()
         self.registration = None
         self.lease_seconds = self.lease_deadline = None
@@ -361,6 +375,7 @@ class Agent:
                 next_beat = self.clock() + delay
             else:
                 self.runner.poll()
+                self._watch_shares()
                 if self.fence_if_lease_expired():  # a long backoff must not let the lease run out unenforced
                     next_beat = self.clock()
             stop.wait(max(0.0, min(tick, next_beat - self.clock())))
@@ -373,3 +388,14 @@ class Agent:
         if running:
             log.info("stopping %d task(s) (grace %.1fs)", running, self.grace)
         self.runner.terminate_all(self.grace)
+        if self.guard is not None:
+            self.guard.stop_daemons()
+
+    def _watch_shares(self) -> None:
+        """The shared GPUs' guard, between heartbeats (it looks every second; a heartbeat may be 2 s apart)."""
+        if self.guard is None:
+            return
+        try:
+            self.guard.check()
+        except Exception:  # a bug must not stop the loop that keeps the node's jobs in check
+            log.exception("unexpected error in the shared-GPU guard")

@@ -26,10 +26,13 @@ from urllib.parse import urlsplit
 from agent.client import PortalClient
 from agent.log_shipper import LogShipper
 from agent.loop import Agent
+from agent.mps import CONTROL, DaemonRecords, MpsControl, RealMps, stop_recorded
+from agent.mps_sim import SimulatedMps
 from agent.runner import JobUser, Runner
+from agent.share_guard import GuardLimits, ShareGuard
 from agent.telemetry_shipper import ProbeGate, TelemetryShipper, gpu_descriptors
 from agent.watchdog import LeaseFile, start_watchdog, stop_watchdog
-from telemetry.probe import open_probe
+from telemetry.probe import GpuProbe, SimulatedProbe, open_probe
 
 log = logging.getLogger("agent")
 
@@ -55,6 +58,9 @@ class Config:
     sample_interval: float | None
     run_as: str | None  # None: jobs run as the agent's own user
     retention_days: float
+    mps_control: str = CONTROL
+    mps_dir: Path | None = None  # None: <workdir>/mps
+    share_limits: GuardLimits = GuardLimits()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -72,6 +78,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--run-as", default=None, metavar="USER", help="user for jobs when run as root (nobody)")
     parser.add_argument("--allow-root", action="store_true", help="when run as root, run jobs as root too")
     parser.add_argument("--retention-days", type=float, default=7.0, help="keep finished job directories this long")
+    share = parser.add_argument_group("shared GPUs (MPS, issue #17)")
+    share.add_argument("--mps-control", default=CONTROL, metavar="PATH", help="the MPS control binary")
+    share.add_argument("--mps-dir", type=Path, default=None, help="MPS pipe and log dirs (default <workdir>/mps)")
+    share.add_argument("--share-memory-limit", type=float, default=95.0, metavar="PCT", help="evict over (0: off)")
+    share.add_argument("--share-util-limit", type=float, default=0.0, metavar="PCT", help="evict over (0: off)")
+    share.add_argument("--share-p99-ms", type=float, default=0.0, metavar="MS", help="online p99 limit (0: off)")
+    share.add_argument("--share-sustain", type=float, default=3.0, metavar="S", help="a limit must hold this long")
+    share.add_argument("--evict-grace", type=float, default=10.0, metavar="S", help="SIGUSR1 to stop, on eviction")
+    share.add_argument("--share-check-every", type=float, default=1.0, metavar="S", help="how often to look")
     parser.add_argument(
         "--log-level", default="INFO", type=str.upper, choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
     )
@@ -97,6 +112,7 @@ def check_args(args: argparse.Namespace) -> Config:
     if not args.retention_days > 0:
         raise UsageError("--retention-days must be positive")
     run_as = _run_as(args.run_as, args.allow_root)
+    limits = _share_limits(args)
     workdir = (args.workdir or Path("var") / f"agent-{name}").resolve()
     try:
         (workdir / "jobs").mkdir(parents=True, exist_ok=True)
@@ -113,6 +129,29 @@ def check_args(args: argparse.Namespace) -> Config:
         sample_interval=args.sample_interval,
         run_as=run_as,
         retention_days=args.retention_days,
+        mps_control=args.mps_control,
+        mps_dir=args.mps_dir.resolve() if args.mps_dir is not None else None,
+        share_limits=limits,
+    )
+
+
+def _share_limits(args: argparse.Namespace) -> GuardLimits:
+    """The shared-GPU guard's limits; a percentage outside 0..100 or a negative time is a usage error."""
+    for flag in ("share_memory_limit", "share_util_limit"):
+        if not 0 <= getattr(args, flag) <= 100:
+            raise UsageError(f"--{flag.replace('_', '-')} must be a percentage from 0 (off) to 100")
+    for flag in ("share_p99_ms", "share_sustain", "evict_grace"):
+        if not getattr(args, flag) >= 0:
+            raise UsageError(f"--{flag.replace('_', '-')} must not be negative")
+    if not args.share_check_every > 0:
+        raise UsageError("--share-check-every must be positive")
+    return GuardLimits(
+        memory_percent=args.share_memory_limit or None,
+        util_percent=args.share_util_limit or None,
+        p99_ms=args.share_p99_ms or None,
+        sustain_seconds=args.share_sustain,
+        evict_grace=args.evict_grace,
+        check_every=args.share_check_every,
     )
 
 
@@ -175,6 +214,8 @@ def run(config: Config) -> int:
     probe = open_probe(config.fake_gpus, seed=zlib.crc32(config.name.encode()))
     gate = ProbeGate(probe)
     runner = Runner(config.workdir, run_as=config.run_as, on_gpus=gate.mark)
+    mps = _mps(config, probe, runner)
+    guard = ShareGuard(runner, mps, gate=gate, limits=config.share_limits, stop_grace=config.grace)
     # Jobs a previous agent left running (it crashed or was SIGKILLed) are SIGKILLed before every registration,
     # the first one included (Agent.register), so the portal hears whether they are gone.
     lease_file = LeaseFile(runner.run_dir / f"agent-{os.getpid()}.lease")
@@ -192,6 +233,7 @@ def run(config: Config) -> int:
         retention_seconds=config.retention_days * 86400.0,
         flush_xids=shipper.flush_xids,  # a dying job's XIDs reach the portal before its exit does (issue #4)
         lease_file=lease_file,
+        guard=guard,
     )
     agent.on_registered.append(shipper.on_registered)
     log_client = PortalClient(config.server, config.token)
@@ -225,6 +267,7 @@ def run(config: Config) -> int:
         log_client.close()
         loop_client.close()
         telemetry_client.close()
+        guard.stop_daemons()  # every MPS daemon this agent started (agent.run's shutdown has done it unless it failed)
         gate.close()
         if watchdog is not None:
             if any(task.alive for task in runner.tasks.values()):
@@ -233,6 +276,20 @@ def run(config: Config) -> int:
                 stop_watchdog(watchdog)
                 lease_file.clear()
     return 0
+
+
+def _mps(config: Config, probe: GpuProbe, runner: Runner) -> MpsControl:
+    """Real MPS for real GPUs, simulated MPS for simulated ones (``--fake-gpus``, or NVML's fallback). Daemons a
+    crashed predecessor left on this workdir are stopped first: their servers' clients are being killed anyway."""
+    records = DaemonRecords(runner.run_dir, runner.pid_records.agent)
+    if stop_recorded(records):
+        log.warning("stopped MPS control daemons an earlier agent left running")
+    state_dir = config.mps_dir or config.workdir / "mps"
+    owner = JobUser.lookup(config.run_as) if config.run_as is not None else None
+    if isinstance(probe, SimulatedProbe):
+        return SimulatedMps(state_dir, records, len(probe.inventory()), owner=owner)
+    uuids = {gpu.index: gpu.uuid for gpu in probe.inventory()}
+    return RealMps(state_dir, records, uuids=uuids, owner=owner, control=config.mps_control)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -16,14 +16,16 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Protocol
 
 from agent.client import LOG_CHUNK_BYTES, StartOrder, TaskKey, TaskState
 from agent.job_user import JobUser, identity, job_user, own_home
 from agent.pid_records import KILL_WAIT_SECONDS, PidRecord, PidRecords, Sweep
 from agent.process_group import leader_exited, signal_group
+from agent.share import Share, ShareRefused
 from agent.task_log import LOG_NAME, LogChunk, read_chunk
 
 __all__ = ["DEFAULT_PATH", "JobUser", "LogChunk", "Runner", "Task"]
@@ -48,6 +50,9 @@ class Task:
     log_fd: int | None = None  # the agent's read descriptor of output.log
     signalled: set[int] = field(default_factory=set)  # advisory signals already delivered (each at most once)
     record: PidRecord | None = None  # its pid record, once written
+    share: Share | None = None  # a share of its one GPU under MPS (issue #17); None: whole GPUs
+    eviction: Mapping[str, Any] | None = None  # why the agent evicted it (reported), once it has
+    mps_fault: Mapping[str, Any] | None = None  # the MPS server fault that hit it (reported), once one has
 
     @property
     def state(self) -> TaskState:
@@ -68,13 +73,25 @@ class Task:
         return self.state is TaskState.RUNNING
 
 
+class ShareHooks(Protocol):
+    """What the runner asks of the node's MPS sharing (:class:`agent.share_guard.ShareGuard`) for a share's task."""
+
+    def prepare(self, order: StartOrder, directory: Path) -> Mapping[str, str]:
+        """The MPS variables of the task's environment, its GPU's daemon started first. ``ShareRefused`` if not."""
+        ...
+
+    def started(self, task: Task) -> None: ...
+
+    def ended(self, task: Task) -> None: ...
+
+
 class Runner:
     """Starts, watches and stops the node's tasks under ``<workdir>/jobs/<job>-<attempt>-<rank>/``.
 
     ``run_as`` names the account jobs run as (None: the agent's own). It is looked up at every start, so an
     account that disappears later fails that task (``failed_to_start``) instead of the agent.
     ``on_gpus(gpus, busy, pid)`` is told when a task's GPUs become busy or idle, so a simulated probe can show
-    utilisation.
+    utilisation. ``shares`` runs the tasks that get a share of a GPU (None: such an order is refused).
     """
 
     def __init__(
@@ -84,8 +101,10 @@ class Runner:
         run_as: str | None = None,
         on_gpus: Callable[[tuple[int, ...], bool, int | None], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        shares: ShareHooks | None = None,
     ) -> None:
         self.workdir = workdir
+        self.shares = shares
         self.jobs_dir = workdir / "jobs"
         # Pid records live outside the job directories: a job can write its own directory, and must not be able
         # to point the agent's next start-up at someone else's process.
@@ -131,11 +150,19 @@ class Runner:
             return existing
         key = order.key
         task = Task(key=key, directory=self.jobs_dir / f"{key.job}-{key.attempt}-{key.rank}", gpus=order.gpus)
+        task.share = order.share
         self.tasks[key] = task
         argv = ["/bin/sh", "-c", order.command] if isinstance(order.command, str) else list(order.command)
         try:
+            if order.share_error is not None:
+                raise ShareRefused(order.share_error)
             user = job_user(self.run_as)
             self._prepare_directory(task.directory, user)
+            env = self.task_env(order, user.home if user else own_home())
+            if order.share is not None:
+                if self.shares is None:
+                    raise ShareRefused("this node runs no shared GPUs")
+                env.update(self.shares.prepare(order, task.directory))  # after the portal's: these must win
             flags = os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW
             fd = os.open(task.log_path, os.O_WRONLY | flags, 0o640)
             # The agent reads the log through its own descriptor, opened before the job runs: the job owns its
@@ -149,14 +176,14 @@ class Runner:
                     stdin=subprocess.DEVNULL,
                     stdout=fd,
                     stderr=subprocess.STDOUT,
-                    env=self.task_env(order, user.home if user else own_home()),
+                    env=env,
                     start_new_session=True,
                     close_fds=True,
                     **identity(user),
                 )
             finally:
                 os.close(fd)
-        except (OSError, subprocess.SubprocessError, ValueError, LookupError) as exc:
+        except (OSError, subprocess.SubprocessError, ValueError, LookupError, ShareRefused) as exc:
             _close_log(task)
             task.error = f"corral-agent: cannot start task {key.wire}: {exc}\n"
             log.error("task %s failed to start: %s", key.wire, exc)
@@ -323,6 +350,11 @@ class Runner:
         return self.pid_records.kill_orphans(wait=wait, keep=keep, reap=self._reap_leftovers)
 
     def _notify_gpus(self, task: Task, *, busy: bool) -> None:
+        if task.share is not None and self.shares is not None:
+            try:
+                (self.shares.started if busy else self.shares.ended)(task)
+            except Exception:  # the share's bookkeeping must never break job control
+                log.exception("MPS client hook failed")
         if self.on_gpus is not None and task.gpus:
             try:
                 self.on_gpus(task.gpus, busy, task.pid)

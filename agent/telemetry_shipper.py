@@ -22,6 +22,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from agent.client import GpuDescriptor, PortalClient, PortalRefused, PortalUnavailable, RegisterAgain, Registration
 from telemetry.buffer import SendBuffer
@@ -51,10 +52,26 @@ class ProbeGate:
         self.probe = probe
         self._lock = threading.Lock()
         self._users: dict[int, dict[int | None, int]] = {}  # gpu -> {task pid: count}, for GPUs shared by tasks
+        self._held_xids: dict[int, int] = {}  # gpu index -> an XID a peek took from a sample, for the next one
 
     def sample(self, now: float) -> tuple[list[GpuSample], list[XidEvent]]:
         with self._lock:
-            return self.probe.sample(now), self.probe.xid_events(0)
+            samples = self.probe.sample(now)
+            held, self._held_xids = self._held_xids, {}
+            return [_with_xid(sample, held.get(sample.index, 0)) for sample in samples], self.probe.xid_events(0)
+
+    def peek(self, now: float) -> list[GpuSample]:
+        """Readings for the shared-GPU guard (every second), without taking anything from the shipped samples.
+
+        A probe hands each sample's ``xid`` (the last XID since the previous sample) out once; one a peek took is
+        kept and put back into the next shipped sample. XID events are not drained here.
+        """
+        with self._lock:
+            samples = self.probe.sample(now)
+            for sample in samples:
+                if sample.xid:
+                    self._held_xids[sample.index] = sample.xid
+            return samples
 
     def xid_events(self, timeout_ms: int = 0, *, lock_timeout: float = -1) -> list[XidEvent] | None:
         """The XID events the probe has queued, without sampling (waits at most ``timeout_ms`` for the first).
@@ -85,6 +102,10 @@ class ProbeGate:
     def close(self) -> None:
         with self._lock:
             self.probe.close()
+
+
+def _with_xid(sample: GpuSample, xid: int) -> GpuSample:
+    return sample if not xid or sample.xid else replace(sample, xid=xid)
 
 
 class TelemetryShipper:

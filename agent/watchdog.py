@@ -7,7 +7,8 @@ running here. The agent's loop enforces that itself (:meth:`agent.loop.Agent.fen
 agent that is SIGSTOPped, SIGKILLed or wedged cannot kill anything. This process can: ``corral-agent`` starts it
 (:func:`start_watchdog`) and rewrites a lease file after every successful heartbeat; once the deadline in that
 file has passed, the watchdog SIGKILLs every process group the agent's pid records name, and keeps doing so for as
-long as the lease stays expired.
+long as the lease stays expired. It also quits the MPS control daemons the agent started for shared GPUs (issue #17),
+by the records the agent keeps of them (:class:`agent.mps.DaemonRecords`).
 
 Clocks: the deadline is a ``CLOCK_MONOTONIC`` reading (Python's :func:`time.monotonic` on Linux). That clock is
 system-wide, so the agent's and the watchdog's readings compare; it does not jump when the wall clock is set
@@ -37,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
+from agent.mps import DaemonRecords, stop_recorded
 from agent.pid_records import AgentId, PidRecords
 
 log = logging.getLogger("agent.watchdog")  # not __main__ when run with -m
@@ -115,6 +117,7 @@ class Watchdog:
 
     def __init__(self, run_dir: Path, lease_file: LeaseFile, agent: AgentId) -> None:
         self.records = PidRecords(run_dir, agent=agent)
+        self.daemons = DaemonRecords(run_dir, agent)  # the MPS daemons the agent started for shared GPUs (#17)
         self.lease_file = lease_file
         self.agent = agent
         self._killed: set[int] = set()  # groups already logged as killed
@@ -141,6 +144,8 @@ class Watchdog:
                         record.pid,
                         record.key.wire,
                     )
+            # The fence covers the shared GPUs' MPS daemons too: quit them (their records go with them).
+            stop_recorded(self.daemons, agent=self.agent)
         if not self.orphaned():
             return True
         remaining = []
@@ -151,6 +156,7 @@ class Watchdog:
                 record.path.unlink(missing_ok=True)  # its agent is dead: nobody else will tidy this one up
         if remaining:
             return True
+        stop_recorded(self.daemons, agent=self.agent)
         log.info("agent %d is gone and none of its jobs are left; the watchdog exits", self.agent.pid)
         self.lease_file.clear()
         return False

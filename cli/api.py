@@ -11,7 +11,7 @@ here alone.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NotRequired, TypedDict, cast
 
@@ -45,10 +45,14 @@ class Job(TypedDict):
     reason: str
     reason_code: str
     exit_code: int | None
+    finish_reason: NotRequired[str]  # why it ended, in words (portals since #18)
     node: str | None
     nodes: list[str]
     gpu_indices: list[Any]
     attempt: int
+    gpu_fraction: NotRequired[float | None]  # a share of one GPU (portals since #17)
+    workload_class: NotRequired[str]
+    share: NotRequired[dict[str, Any] | None]  # where a running share runs, and with what share
     hardware_retries: NotRequired[int]
     time_limit: NotRequired[int | None]
     array: NotRequired[int | None]
@@ -196,14 +200,21 @@ class Client:
         *,
         name: str,
         command: str,
-        gpus: int,
+        gpus: int | float,
         tenant: str | None = None,
         env: Mapping[str, str] | None = None,
         time_limit: int | None = None,
+        gpu_memory: str | None = None,
+        workload_class: str | None = None,
     ) -> Job:
         """Submit a job; the portal picks the tenant when the user belongs to exactly one. ``time_limit`` is in
-        seconds (None: no limit)."""
+        seconds (None: no limit). ``gpus`` below 1 is a share of one GPU, with an optional ``gpu_memory`` limit
+        ("16G") and ``workload_class`` (issue #17)."""
         payload: dict[str, Any] = {"name": name, "command": command, "gpus": gpus}
+        if gpu_memory is not None:
+            payload["gpu_memory"] = gpu_memory
+        if workload_class is not None:
+            payload["workload_class"] = workload_class
         if tenant:
             payload["tenant"] = tenant
         if env:
@@ -218,7 +229,7 @@ class Client:
         array: str,
         name: str,
         command: str,
-        gpus: int,
+        gpus: int | float,
         tenant: str | None = None,
         env: Mapping[str, str] | None = None,
         time_limit: int | None = None,
@@ -305,6 +316,32 @@ class Client:
             log_state=response.headers.get("X-Log-State"),
         )
 
+    def job_log_download(self, job_id: int, write: Callable[[bytes], object]) -> LogChunk:
+        """The job's whole log (``?download=1``), handed to ``write`` piece by piece as it streams in, so a log of
+        gigabytes never sits in memory; returns what the headers say (the offset is where the log ended)."""
+        response = self._request(
+            "GET",
+            f"/api/v1/jobs/{job_id}/log/",
+            params={"download": "1"},
+            headers={"Accept": "text/plain, application/json;q=0.9"},
+            not_found=f"job {job_id} not found",
+            stream=True,
+        )
+        try:
+            for piece in response.iter_bytes():
+                write(piece)
+        except httpx.HTTPError as exc:
+            raise CliError(f"the download from {self.url} broke off: {_reason(exc)}", transient=True) from exc
+        finally:
+            response.close()
+        header = response.headers.get("X-Log-Offset", "")
+        return LogChunk(
+            data=b"",
+            next_offset=int(header) if header.isdigit() else 0,
+            job_state=response.headers.get("X-Job-State"),
+            log_state=response.headers.get("X-Log-State"),
+        )
+
     def history_trace(self, since: str | None = None, until: str | None = None) -> bytes:
         """The cluster's finished jobs as CSV in the simulator's trace schema (admins only)."""
         params = {k: v for k, v in (("since", since), ("until", until)) if v}
@@ -361,8 +398,12 @@ class Client:
     ) -> httpx.Response:
         if auth and not self._token:
             raise CliError(f"not logged in to {self.url}; run `corral login` (or set CORRAL_TOKEN)")
+        stream = kwargs.pop("stream", False)
         try:
-            response = self._http.request(method, url, **kwargs)
+            # With ``stream``, the body is left unread for the caller, who closes the response (job_log_download).
+            response = self._http.send(self._http.build_request(method, url, **kwargs), stream=stream)
+            if stream and not response.is_success:
+                response.read()  # an error's body says what went wrong
         except httpx.ConnectError as exc:
             message = f"cannot reach the portal at {self.url} ({_reason(exc)}); is it running?"
             raise CliError(message, transient=True) from exc

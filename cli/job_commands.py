@@ -17,7 +17,7 @@ from cli import render
 from cli.api import SETTLED_LOG_STATES, TERMINAL_STATES, Client, Job, LogChunk
 from cli.command_base import JsonFlag, friendly, portal_client
 from cli.errors import CliError
-from cli.job_spec import command_string, derive_name, parse_env, parse_time_limit
+from cli.job_spec import command_string, derive_name, parse_env, parse_gpus, parse_time_limit
 
 R = TypeVar("R")
 
@@ -30,7 +30,22 @@ def submit(
     command: Annotated[
         list[str], typer.Argument(metavar="COMMAND", help="The command to run, after `--`.", show_default=False)
     ],
-    gpus: Annotated[int, typer.Option("--gpus", "-g", help="GPUs the job needs.")] = 1,
+    gpus: Annotated[
+        float,
+        typer.Option(
+            "--gpus", "-g", help="GPUs the job needs: whole GPUs, or a share of one GPU such as 0.25 (run under MPS)."
+        ),
+    ] = 1,
+    gpu_memory: Annotated[
+        str | None,
+        typer.Option("--gpu-memory", metavar="SIZE", help="A share's GPU memory limit, like 16G (shares only)."),
+    ] = None,
+    workload_class: Annotated[
+        str | None,
+        typer.Option(
+            "--class", metavar="CLASS", help="A share's class: online (protected) or offline (default; may be evicted)."
+        ),
+    ] = None,
     name: Annotated[
         str | None, typer.Option("--name", "-n", help="Job name (default: derived from the command).")
     ] = None,
@@ -69,12 +84,19 @@ def submit(
     the node's shell expands the variable)
     """
     limit = parse_time_limit(time_limit)
+    asked = parse_gpus(gpus, gpu_memory=gpu_memory, workload_class=workload_class)
     job_env = parse_env(env or [])
     job_name, job_command = name or derive_name(command), command_string(command)
     with portal_client() as client:
         if array is not None:  # the portal checks the spec: a bad one is a 400 naming `array`, shown as one line
             job_array = client.submit_array(
-                array=array, name=job_name, command=job_command, gpus=gpus, tenant=tenant, env=job_env, time_limit=limit
+                array=array,
+                name=job_name,
+                command=job_command,
+                gpus=asked,
+                tenant=tenant,
+                env=job_env,
+                time_limit=limit,
             )
             if as_json:
                 render.print_json(job_array)
@@ -82,7 +104,14 @@ def submit(
                 render.emit(render.submitted_array_line(job_array))
             return
         job = client.submit_job(
-            name=job_name, command=job_command, gpus=gpus, tenant=tenant, env=job_env, time_limit=limit
+            name=job_name,
+            command=job_command,
+            gpus=asked,
+            tenant=tenant,
+            env=job_env,
+            time_limit=limit,
+            gpu_memory=gpu_memory,
+            workload_class=workload_class,
         )
     if as_json:
         render.print_json(job)
@@ -144,37 +173,59 @@ def logs(
         typer.Option("--follow", "-f", help="Keep printing new output until the job ends and all of it has arrived."),
     ] = False,
     interval: Annotated[float, typer.Option(min=0.1, help="Seconds between polls with --follow.")] = 1.0,
+    whole: Annotated[
+        bool,
+        typer.Option(
+            "--all",
+            "-a",
+            help="Download the whole log in one streamed request (`corral logs --all 12 > job-12.log`).",
+        ),
+    ] = False,
 ) -> None:
     """Print a job's output (stdout and stderr together); with -f, follow it until the job has finished and its
-    nodes have sent all of it. Output a finished job printed last may still be on its way: then a note on stderr
-    says so ("output still arriving")."""
+    nodes have sent all of it; with --all, download all of it at once. Output a finished job printed last may still
+    be on its way: then a note on stderr says so ("output still arriving")."""
+    if whole and follow:
+        raise CliError("--all downloads the log as it stands; use it or --follow, not both", exit_code=2)
     job: Job | None = None
     with portal_client() as client:
         patient = functools.partial(_patiently, enabled=follow, interval=interval)
         get_job = functools.partial(client.get_job, job_id)
-        offset = 0
-        while True:
-            chunk = patient(functools.partial(client.job_log, job_id, offset))
-            if chunk.data:
-                typer.echo(chunk.data, nl=False)  # raw bytes: a chunk may end inside a multi-byte character
-            progressed, offset = chunk.next_offset > offset, chunk.next_offset
-            if progressed:
-                continue  # the server may cap a chunk; ask again at once until the log is drained
-            if not follow or _settled(chunk, lambda: patient(get_job)):
-                break
-            time.sleep(interval)
+        if whole:  # one download, written as it arrives (raw bytes); then the note below, as for a plain read
+            chunk = client.job_log_download(job_id, lambda piece: typer.echo(piece, nl=False))
+        else:
+            chunk = _print_log(client, job_id, follow=follow, interval=interval, get_job=lambda: patient(get_job))
         if follow or chunk.log_state in ("arriving", "incomplete"):
             job = patient(get_job)
     # stderr, so `corral logs -f 12 > out.txt` captures only the job's output
     if follow and job is not None:
         ended = f"job {job_id} {job['state']}"
-        if job.get("exit_code") is not None:
+        if job.get("exit_code") is not None and job["state"] != "cancelled":  # a cancel's SIGTERM is no result
             ended += f" (exit code {job['exit_code']})"
+        elif job["state"] == "failed" and job.get("finish_reason"):  # "time limit of 2h exceeded", a lost node
+            ended += f": {job['finish_reason']}"
         typer.echo(ended, err=True)
     note = job.get("log_note", "") if job is not None else ""
     if note:
         still = job is not None and job.get("log_state") == "arriving"
         typer.echo(note + (f" `corral logs -f {job_id}` prints the rest as it lands." if still else ""), err=True)
+
+
+def _print_log(client: Client, job_id: int, *, follow: bool, interval: float, get_job: Callable[[], Job]) -> LogChunk:
+    """Print the log a piece at a time from its start; with ``follow``, go on until the job has finished and all of
+    its output has arrived. Returns the last piece read (its headers say where the output stands)."""
+    patient = functools.partial(_patiently, enabled=follow, interval=interval)
+    offset = 0
+    while True:
+        chunk = patient(functools.partial(client.job_log, job_id, offset))
+        if chunk.data:
+            typer.echo(chunk.data, nl=False)  # raw bytes: a chunk may end inside a multi-byte character
+        progressed, offset = chunk.next_offset > offset, chunk.next_offset
+        if progressed:
+            continue  # the server may cap a chunk; ask again at once until the log is drained
+        if not follow or _settled(chunk, get_job):
+            return chunk
+        time.sleep(interval)
 
 
 def _settled(chunk: LogChunk, get_job: Callable[[], Job]) -> bool:

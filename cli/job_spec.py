@@ -81,3 +81,19 @@ def parse_time_limit(text: str | None) -> int | None:
     if seconds < 1:
         raise CliError(f"--time-limit must be at least 1 second, got {text!r}", exit_code=2)
     return seconds
+
+
+def parse_gpus(gpus: float, *, gpu_memory: str | None = None, workload_class: str | None = None) -> int | float:
+    """``--gpus``: a whole number of GPUs, or a share of one GPU in (0, 1) such as 0.25 (issue #17), checked here so
+    a typo is one line and exit code 2 before any request; the portal checks the rest (memory, shared GPUs)."""
+    if gpus != gpus:  # nan; 0 and below go to the portal, whose 400 names the field (as before shares)
+        raise CliError("--gpus must be a number: whole GPUs, or a share of one GPU like 0.25", exit_code=2)
+    if gpus >= 1 and not float(gpus).is_integer():
+        raise CliError(
+            f"--gpus above 1 must be a whole number (a share is below 1, like 0.5), got {gpus:g}", exit_code=2
+        )
+    if gpus >= 1 and (gpu_memory is not None or workload_class is not None):
+        raise CliError("--gpu-memory and --class are for a share of one GPU (--gpus below 1, like 0.25)", exit_code=2)
+    if workload_class is not None and workload_class not in ("online", "offline"):
+        raise CliError(f"--class must be online or offline, got {workload_class!r}", exit_code=2)
+    return int(gpus) if gpus >= 1 or float(gpus).is_integer() else float(gpus)

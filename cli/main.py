@@ -3,6 +3,7 @@
 - ``login/submit/jobs/logs/cancel/nodes`` talk to a portal over its REST API (``cli.client_commands``).
 - ``simulate`` replays a trace through the scheduling core (``scheduling.sim.cli``).
 - ``telemetry`` and ``failures`` work on telemetry CSVs and the failure predictor (``telemetry.cli``).
+- ``energy replay`` compares power-down policies on a node-demand series (``scheduling.energy.cli``).
 
 Heavy imports (numpy, scikit-learn, plotly) happen inside the commands, so ``corral jobs`` starts fast.
 """
@@ -20,6 +21,7 @@ except ImportError:  # pragma: no cover - an older Typer on plain click
     from click.exceptions import NoArgsIsHelpError, UsageError  # type: ignore[assignment]
 
 from cli import client_commands
+from scheduling.energy import cli as energy_cli
 from scheduling.sim import cli as sim_cli
 from telemetry import cli as telemetry_cli
 
@@ -32,6 +34,7 @@ app = typer.Typer(
 )
 client_commands.register(app)
 sim_cli.register(app)
+energy_cli.register(app)
 telemetry_cli.register(app)
 
 

@@ -90,12 +90,30 @@ def jobs_table(jobs: Sequence[Job]) -> Table:
             Text(job.get("name") or ""),
             Text(job.get("tenant") or ""),
             Text(job.get("user") or ""),
-            str(job.get("gpus", "")),
+            f"{job['gpu_fraction']:g}" if job.get("gpu_fraction") else str(job.get("gpus", "")),  # a share: 0.25
             _state(job),
             _when(job.get("submitted_at")),
             Text(_where_or_why(job)),
         )
     return table
+
+
+def _gpus(job: Job) -> str:
+    """``2``, or for a share of one GPU (issue #17) ``0.25 of one GPU (online)``."""
+    fraction = job.get("gpu_fraction")
+    if fraction:
+        return f"{fraction:g} of one GPU ({job.get('workload_class') or 'offline'})"
+    return str(job.get("gpus", ""))
+
+
+def _share_words(share: dict[str, Any]) -> str:
+    """Which GPU a running share shares, and with what: ``n2 GPU 1: 25% compute, 4.0 GiB memory, 2 other shares``."""
+    memory = share.get("memory_bytes") or 0
+    others = share.get("neighbours") or 0
+    return (
+        f"{share.get('node')} GPU {share.get('gpu_index')}: {share.get('compute_percent')}% compute, "
+        f"{memory / (1 << 30):.1f} GiB memory, {others} other share{'' if others == 1 else 's'}"
+    )
 
 
 def job_detail(job: Job, events: Sequence[JobEvent]) -> list[RenderableType]:
@@ -114,9 +132,12 @@ def job_detail(job: Job, events: Sequence[JobEvent]) -> list[RenderableType]:
         rows.append(("Expected start", str(estimate["text"])))
     rows += [
         ("Tenant / user", f"{job.get('tenant', '')} / {job.get('user', '')}"),
-        ("GPUs", str(job.get("gpus", ""))),
+        ("GPUs", _gpus(job)),
         ("Command", job.get("command", "")),
     ]
+    share = job.get("share")
+    if isinstance(share, dict):  # a running share of one GPU (issue #17)
+        rows.append(("Shares", _share_words(share)))
     array = job.get("array")
     if array is not None:
         rows.append(("Array", f"{array}, task {job.get('array_index')} (its tasks: corral jobs --array {array})"))
@@ -128,7 +149,9 @@ def job_detail(job: Job, events: Sequence[JobEvent]) -> list[RenderableType]:
         rows.append(("Placement", placement))
     if job.get("attempt", 1) and job.get("attempt", 1) > 1:
         rows.append(("Attempt", str(job["attempt"])))
-    if job.get("exit_code") is not None:
+    if job.get("finish_reason") and job.get("state") in ("failed", "cancelled"):
+        rows.append(("Why it ended", str(job["finish_reason"])))
+    if job.get("exit_code") is not None and job.get("state") != "cancelled":  # a cancel's SIGTERM is no result
         rows.append(("Exit code", str(job["exit_code"])))
     if job.get("log_note"):
         rows.append(("Output", job.get("log_note", "")))  # "Output still arriving: ..." or "may be incomplete"
@@ -274,7 +297,9 @@ def _where_or_why(job: Job) -> str:
         return job.get("reason") or ""
     if state == "running":
         return _placement(job)
-    if job.get("exit_code") is not None:
+    if job.get("finish_reason"):  # the portal's words: "time limit of 20s exceeded", "cancelled by alice"
+        return str(job["finish_reason"])
+    if job.get("exit_code") is not None:  # a portal from before finish_reason
         return f"exit {job['exit_code']}"
     return ""
 

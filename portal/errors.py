@@ -23,6 +23,20 @@ class ValidationFailed(ServiceError):
     code = "invalid"
 
 
+class OverQuota(ValidationFailed):
+    """A job asks for more GPUs than its tenant's quota ever allows (the tenant's cap or the per-user cap): it
+    could never start, so it is refused at once, on the field at fault (400). Its code says why, as the README
+    lists it; a tenant that is merely full now is :class:`QuotaExceeded` (409)."""
+
+    code = "quota_exceeded"
+
+
+class ClusterTooSmall(ValidationFailed):
+    """A job asks for more GPUs than the whole cluster has: refused at once, whatever the quotas say (400)."""
+
+    code = "cluster_too_small"
+
+
 class NotAllowed(ServiceError):
     status_code = 403
     code = "permission_denied"

@@ -15,6 +15,7 @@ from pathlib import Path
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
+from scheduling.core.durations import parse_duration
 from telemetry.retry import DEFAULT_MAX_HARDWARE_RETRIES
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -64,6 +65,7 @@ INSTALLED_APPS = [
     "portal.whatif",
     "portal.dashboards",
     "portal.notifications",
+    "portal.accounts",
     "portal.web",
     "portal.demo",
 ]
@@ -153,6 +155,9 @@ STORAGES = {
 }
 WHITENOISE_USE_FINDERS = True  # serve from static/ directly too, so `make run` works before collectstatic
 
+# Passwords (local accounts: the demo, break-glass admins), then the identity provider's code flow, which answers
+# nothing unless single sign-on is configured (below). The API's tokens are DRF's and do not go through these.
+AUTHENTICATION_BACKENDS = ["django.contrib.auth.backends.ModelBackend", "portal.accounts.backends.OidcBackend"]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "job-list"
 LOGOUT_REDIRECT_URL = "login"
@@ -213,6 +218,8 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # A job's state is one enum, named, whichever serializer shows it (the list's Job, the detail's JobDetail).
+    "ENUM_NAME_OVERRIDES": {"JobStateEnum": "portal.jobs.models.JOB_STATE_CHOICES"},
 }
 
 # --- Celery --------------------------------------------------------------------------------------------------
@@ -278,6 +285,10 @@ else:
 #: Scheduling policy and placement model used by the live loop (names from scheduling.core).
 CORRAL_POLICY: str = env.str("CORRAL_POLICY", default="fifo")
 CORRAL_PLACEMENT: str = env.str("CORRAL_PLACEMENT", default="topology")
+#: GPU shares (issue #17, docs/sharing.md): the placer for shares of shared GPUs (matching, best-fit, first-fit),
+#: and how many MPS faults naming a job make it the culprit, kept off shared GPUs.
+CORRAL_SHARE_PLACER: str = env.str("CORRAL_SHARE_PLACER", default="matching")
+CORRAL_MPS_CULPRIT_FAULTS: int = env.int("CORRAL_MPS_CULPRIT_FAULTS", default=2)
 #: Fair share: the half-life (hours) of the usage history that orders who borrows idle quota first under a
 #: ``+quota`` policy (docs/scheduling.md). A week, as Slurm's default; 0 turns fair share off.
 CORRAL_FAIR_SHARE_HALF_LIFE_HOURS: float = env.float("CORRAL_FAIR_SHARE_HALF_LIFE_HOURS", default=168.0)
@@ -332,11 +343,44 @@ CORRAL_MASTER_PORT_BASE: int = env.int("CORRAL_MASTER_PORT_BASE", default=29500)
 CORRAL_JOB_LOG_MAX_CHARS: int = env.int("CORRAL_JOB_LOG_MAX_CHARS", default=16 * 1024 * 1024)
 #: The most tasks one job array may have (docs/arrays.md); its indices go up to 4,000,000 whatever this says.
 CORRAL_MAX_ARRAY_TASKS: int = env.int("CORRAL_MAX_ARRAY_TASKS", default=100_000)
+#: A running job is *idle* (the job page's warning, the dashboard's list; telemetry.idle) when its GPUs' measured
+#: utilization over the last CORRAL_IDLE_GPU_WINDOW (a duration: 30m, 1h, or seconds) averages below
+#: CORRAL_IDLE_GPU_UTIL percent, and readings cover at least CORRAL_IDLE_GPU_MIN_COVERAGE (0-1) of that window.
+CORRAL_IDLE_GPU_UTIL: float = env.float("CORRAL_IDLE_GPU_UTIL", default=10.0)
+CORRAL_IDLE_GPU_WINDOW: int = parse_duration(env.str("CORRAL_IDLE_GPU_WINDOW", default="30m"))
+CORRAL_IDLE_GPU_MIN_COVERAGE: float = env.float("CORRAL_IDLE_GPU_MIN_COVERAGE", default=0.75)
 #: The portal's address as its users reach it: links in notifications start with it.
 CORRAL_PUBLIC_URL: str = env.str("CORRAL_PUBLIC_URL", default="http://127.0.0.1:8000")
 #: Seconds between notification sweeps (job news into the outbox), and how long a webhook may take to answer.
 CORRAL_NOTIFY_EVERY: float = env.float("CORRAL_NOTIFY_EVERY", default=5.0)
 CORRAL_NOTIFY_WEBHOOK_TIMEOUT: float = env.float("CORRAL_NOTIFY_WEBHOOK_TIMEOUT", default=5.0)
+
+# --- Single sign-on (OpenID Connect; docs/oidc.md) -------------------------------------------------------------
+# Off unless a client id and an issuer (endpoints by discovery, fetched at the first sign-in) or the authorization,
+# token and JWKS endpoints are set. Local accounts keep working either way. A variable set but empty (as the compose
+# file passes them) means its default.
+CORRAL_OIDC_ISSUER: str = env.str("CORRAL_OIDC_ISSUER", default="")
+CORRAL_OIDC_CLIENT_ID: str = env.str("CORRAL_OIDC_CLIENT_ID", default="")
+CORRAL_OIDC_CLIENT_SECRET: str = env.str("CORRAL_OIDC_CLIENT_SECRET", default="")
+CORRAL_OIDC_AUTHORIZATION_ENDPOINT: str = env.str("CORRAL_OIDC_AUTHORIZATION_ENDPOINT", default="")
+CORRAL_OIDC_TOKEN_ENDPOINT: str = env.str("CORRAL_OIDC_TOKEN_ENDPOINT", default="")
+CORRAL_OIDC_USERINFO_ENDPOINT: str = env.str("CORRAL_OIDC_USERINFO_ENDPOINT", default="")
+CORRAL_OIDC_JWKS_ENDPOINT: str = env.str("CORRAL_OIDC_JWKS_ENDPOINT", default="")
+#: The button says "Sign in with <this>".
+CORRAL_OIDC_PROVIDER_NAME: str = env.str("CORRAL_OIDC_PROVIDER_NAME", default="") or "single sign-on"
+CORRAL_OIDC_SCOPES: str = env.str("CORRAL_OIDC_SCOPES", default="") or "openid email profile"
+CORRAL_OIDC_SIGN_ALGO: str = env.str("CORRAL_OIDC_SIGN_ALGO", default="") or "RS256"
+#: Seconds to wait for the provider on each request of a sign-in.
+CORRAL_OIDC_TIMEOUT: float = float(env.str("CORRAL_OIDC_TIMEOUT", default="") or 10.0)
+#: The claim that becomes the Corral username, the claim that lists groups, and the group that makes staff (empty:
+#: the provider never changes who is staff).
+CORRAL_OIDC_USERNAME_CLAIM: str = env.str("CORRAL_OIDC_USERNAME_CLAIM", default="") or "preferred_username"
+CORRAL_OIDC_GROUPS_CLAIM: str = env.str("CORRAL_OIDC_GROUPS_CLAIM", default="") or "groups"
+CORRAL_OIDC_STAFF_GROUP: str = env.str("CORRAL_OIDC_STAFF_GROUP", default="")
+#: Groups to tenant roles: <pattern>=<role>, comma-separated, {tenant} standing for a tenant's slug.
+CORRAL_OIDC_TENANT_GROUPS: str = (
+    env.str("CORRAL_OIDC_TENANT_GROUPS", default="") or "corral-{tenant}=member,corral-{tenant}-admin=admin"
+)
 
 LOGGING = {
     "version": 1,

@@ -49,7 +49,8 @@ api_patterns: list[URLPattern | URLResolver] = [
 urlpatterns = [
     path("favicon.ico", web_views.favicon, name="favicon"),
     path("admin/", admin.site.urls),
-    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    # The login page (with "Sign in with …" when single sign-on is on) and the OIDC flow: docs/oidc.md.
+    path("", include("portal.accounts.urls")),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("api/v1/", include(api_patterns)),
     path("", RedirectView.as_view(pattern_name="job-list", permanent=False)),

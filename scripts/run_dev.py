@@ -92,11 +92,13 @@ def nvml_gpu_count() -> int:
             pynvml.nvmlShutdown()
 
 
-def child_env() -> dict[str, str]:
-    """Every demo process's environment: the caller's (DATABASE_URL, REDIS_URL, CORRAL_*), unbuffered output.
+def child_env(*, port: int = 8000) -> dict[str, str]:
+    """Every demo process's environment: the caller's (DATABASE_URL, REDIS_URL, CORRAL_*), unbuffered output, and
+    unless the caller set one, the demo's own address as CORRAL_PUBLIC_URL, so that the links in notifications lead
+    to this demo when CORRAL_PORT moved it off 8000.
     Nothing here turns debug on: the demo shows the site's own error pages, and static files are WhiteNoise's with
     debug off too; `DEBUG=1 make run` asks for Django's debug pages (docs/operations.md)."""
-    return {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return {"CORRAL_PUBLIC_URL": f"http://127.0.0.1:{port}", **os.environ, "PYTHONUNBUFFERED": "1"}
 
 
 def build_children(*, port: int, fake_gpus: int, simulate_only: bool) -> list[Child]:
@@ -138,13 +140,14 @@ def port_in_use(port: int) -> bool:
 
 
 class Supervisor:
-    def __init__(self, children: list[Child], output: Output) -> None:
+    def __init__(self, children: list[Child], output: Output, *, port: int = 8000) -> None:
         self.children = children
         self.output = output
+        self.port = port
         self.stopping = threading.Event()
 
     def start(self, child: Child) -> None:
-        env = child_env()
+        env = child_env(port=self.port)
         # Own session: the terminal's Ctrl-C reaches only us, and we stop the children in order.
         child.process = subprocess.Popen(
             child.argv,
@@ -218,7 +221,7 @@ def main() -> int:
         return 1
     (data_dir() / "agents").mkdir(parents=True, exist_ok=True)
     children = build_children(port=args.port, fake_gpus=args.fake_gpus, simulate_only=args.simulate)
-    supervisor = Supervisor(children, output)
+    supervisor = Supervisor(children, output, port=args.port)
     signal.signal(signal.SIGINT, supervisor.request_stop)
     signal.signal(signal.SIGTERM, supervisor.request_stop)
 

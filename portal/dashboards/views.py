@@ -13,6 +13,7 @@ from django.utils.http import urlencode
 
 from portal.dashboards.charts import dashboard_charts, figures_by_key
 from portal.dashboards.forms import DashboardForm
+from portal.dashboards.idle import idle_panel
 from portal.dashboards.selectors import dashboard_get, dashboard_tenants, default_window, window_of
 from portal.web.htmx import is_htmx
 
@@ -48,7 +49,9 @@ def dashboard_view(request: AuthenticatedHttpRequest) -> HttpResponse:
         tenant = next((t for t in tenants if t.slug == slug), None)
         window_key = form.cleaned_data.get("window") or default_window(user=request.user, tenant=tenant, now=now)
         context["window_key"] = window_key
-        dashboard = dashboard_get(user=request.user, window=window_of(window_key, now=now), tenant=tenant)
+        window = window_of(window_key, now=now)
+        dashboard = dashboard_get(user=request.user, window=window, tenant=tenant)
+        context["idle"] = idle_panel(user=request.user, window=window, now=now, tenant=tenant)
         charts = dashboard_charts(dashboard)
         context |= {
             "dashboard": dashboard,

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import cast
+from typing import Any, cast
 
 from django.contrib.auth.models import User
 from django.db.models import QuerySet
-from django.http import HttpResponse
+from django.http import HttpResponse, HttpResponseBase, StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, PolymorphicProxySerializer, extend_schema
 from rest_framework import mixins, serializers, status, viewsets
@@ -16,15 +16,38 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from portal.api.renderers import PlainTextRenderer
-from portal.api.serializers import ErrorSerializer
+from portal.api.serializers import ErrorSerializer, ValidationErrorSerializer
 from portal.jobs.array_selectors import array_list, array_state_counts
 from portal.jobs.array_services import job_array_cancel, job_array_submit
 from portal.jobs.filters import JobFilter
-from portal.jobs.logs import job_output_progress
+from portal.jobs.logs import job_log_pieces, job_log_window, job_output_progress
 from portal.jobs.models import Job, JobArray
+from portal.jobs.outcome import with_finish_events
 from portal.jobs.selectors import job_list, job_log_read, jobs_with_placement
-from portal.jobs.serializers import JobArraySerializer, JobEventSerializer, JobSerializer, JobSubmitSerializer
+from portal.jobs.serializers import (
+    JobArraySerializer,
+    JobDetailSerializer,
+    JobEventSerializer,
+    JobSerializer,
+    JobSubmitSerializer,
+)
 from portal.jobs.services import job_cancel, job_submit
+
+#: The most characters ``GET /api/v1/jobs/{id}/log/?tail=`` returns: a download is the way to more.
+LOG_TAIL_MAX = 16 * 1024 * 1024
+
+
+class LogQuery(serializers.Serializer[dict[str, Any]]):
+    """What ``GET /api/v1/jobs/{id}/log/`` reads from its query: where to start, or the tail, or all of it."""
+
+    offset = serializers.IntegerField(min_value=0, required=False)
+    tail = serializers.IntegerField(min_value=1, max_value=LOG_TAIL_MAX, required=False)
+    download = serializers.BooleanField(required=False, default=False)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if attrs.get("offset") is not None and attrs.get("tail") is not None:
+            raise serializers.ValidationError({"tail": "Give offset or tail, not both."})
+        return attrs
 
 
 class JobViewSet(
@@ -39,7 +62,12 @@ class JobViewSet(
     filterset_class = JobFilter
 
     def get_queryset(self) -> QuerySet[Job]:
-        return jobs_with_placement(job_list(user=self.request.user))
+        return with_finish_events(jobs_with_placement(job_list(user=self.request.user)))
+
+    @extend_schema(responses={200: JobDetailSerializer})
+    def retrieve(self, request: Request, *args: object, **kwargs: object) -> Response:
+        """One job, with its timeline (left out of lists: it reads the job's events)."""
+        return Response(JobDetailSerializer(self.get_object()).data)
 
     @extend_schema(
         request=JobSubmitSerializer,
@@ -51,6 +79,12 @@ class JobViewSet(
                     resource_type_field_name=None,
                 ),
                 description="The job; with `array`, the job array (its tasks are jobs: `GET /api/v1/jobs/?array=ID`).",
+            ),
+            400: OpenApiResponse(
+                ValidationErrorSerializer,
+                description="Field errors. A job that could never run is refused on `gpus`, with `code` "
+                "`cluster_too_small` (more GPUs than the cluster has; said first) or `quota_exceeded` (more than its "
+                "tenant's cap or the per-member cap allows).",
             ),
             409: OpenApiResponse(
                 ErrorSerializer,
@@ -99,23 +133,54 @@ class JobViewSet(
         return Response(JobEventSerializer(self.get_object().events.all(), many=True).data)
 
     @extend_schema(
-        parameters=[OpenApiParameter("offset", int, description="Character offset to read from (default 0).")],
-        responses={(200, "text/plain"): OpenApiTypes.STR},
+        filters=False,
+        parameters=[
+            OpenApiParameter("offset", int, description="Character offset to read from (default 0)."),
+            OpenApiParameter(
+                "tail",
+                int,
+                description=f"Read the last `tail` characters (1 to {LOG_TAIL_MAX}) instead, starting at a line's "
+                "beginning where one is near; `X-Log-Start` says where the text starts. Not with `offset`.",
+            ),
+            OpenApiParameter(
+                "download",
+                bool,
+                description="The whole log as a file (`Content-Disposition: attachment; filename=job-<id>.log`), "
+                "streamed; `offset` and `tail` do not apply. It ends where the log ended when the download began.",
+            ),
+        ],
+        responses={
+            (200, "text/plain"): OpenApiResponse(
+                OpenApiTypes.STR,
+                description="The text. Headers: `X-Log-Offset` (where to read next), `X-Log-Start` (where the text "
+                "starts), `X-Job-State`, `X-Log-State`.",
+            )
+        },
     )
     @action(detail=True, methods=["get"], renderer_classes=[JSONRenderer, PlainTextRenderer])
-    def log(self, request: Request, pk: str | None = None) -> HttpResponse:
-        """Output so far from character ``offset``. Follow a job by passing back the ``X-Log-Offset`` header while
-        ``X-Log-State`` (the job's ``log_state``) is ``live`` or ``arriving``: output printed before the job ended
-        may still be on its way from a node."""
-        offset_field = serializers.IntegerField(min_value=0, required=False)
-        try:
-            offset = offset_field.run_validation(request.query_params.get("offset", 0))
-        except serializers.ValidationError as exc:
-            raise serializers.ValidationError({"offset": exc.detail}) from exc
+    def log(self, request: Request, pk: str | None = None) -> HttpResponseBase:
+        """Output so far from character ``offset``, its last ``tail`` characters, or all of it (``download``).
+        Follow a job by passing back the ``X-Log-Offset`` header while ``X-Log-State`` (the job's ``log_state``)
+        is ``live`` or ``arriving``: output printed before the job ended may still be on its way from a node."""
+        query = LogQuery(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        params = query.validated_data
         job = self.get_object()
         progress = job_output_progress(job=job)  # before the read, so "complete" covers everything read below
-        text, next_offset = job_log_read(job=job, offset=offset)
-        response = HttpResponse(text, content_type="text/plain; charset=utf-8")
+        job.refresh_from_db(fields=["log_size"])
+        response: HttpResponseBase
+        if params["download"]:
+            response = StreamingHttpResponse(job_log_pieces(job=job), content_type="text/plain; charset=utf-8")
+            response["Content-Disposition"] = f'attachment; filename="job-{job.pk}.log"'
+            start, next_offset = 0, job.log_size
+        elif params.get("tail") is not None:
+            text, start = job_log_window(job=job, end=job.log_size, chars=params["tail"])
+            response, next_offset = HttpResponse(text, content_type="text/plain; charset=utf-8"), job.log_size
+        else:
+            start = params.get("offset") or 0
+            text, next_offset = job_log_read(job=job, offset=start)
+            response = HttpResponse(text, content_type="text/plain; charset=utf-8")
+        response["X-Log-Start"] = str(start)
         response["X-Log-Offset"] = str(next_offset)
         response["X-Job-State"] = job.state
         response["X-Log-State"] = progress.state.value

@@ -7,8 +7,10 @@ from typing import Any
 from django import forms
 
 from portal.jobs.array_spec import MAX_SPEC_CHARS
+from portal.jobs.models import WorkloadClass
 from portal.jobs.selectors import cordon_rule
 from portal.jobs.serializers import MAX_GPUS_PER_JOB
+from portal.jobs.share_spec import ShareSpec, parse_gpu_memory, parse_gpus
 from portal.tenants.models import Tenant
 from scheduling.core.durations import parse_duration
 
@@ -21,7 +23,25 @@ class JobSubmitForm(forms.Form):
         strip=False,
         help_text="Runs with /bin/sh in its own working directory on the node.",
     )
-    gpus = forms.IntegerField(min_value=1, max_value=MAX_GPUS_PER_JOB, initial=1, label="GPUs")
+    gpus = forms.CharField(
+        initial="1",
+        max_length=20,
+        label="GPUs",
+        help_text="Whole GPUs, or a share of one GPU such as 0.25 (run under MPS on a shared GPU).",
+    )
+    gpu_memory = forms.CharField(
+        required=False,
+        max_length=40,
+        label="GPU memory (shares)",
+        widget=forms.TextInput(attrs={"placeholder": "e.g. 16G"}),
+        help_text="Optional, for a share: its memory limit. Empty: its fraction of the GPU's memory.",
+    )
+    workload_class = forms.ChoiceField(
+        required=False,
+        label="Class (shares)",
+        choices=[("", "offline (default)"), ("offline", "offline"), ("online", "online")],
+        help_text="Online shares are latency-critical and protected; offline shares may be evicted and requeued.",
+    )
     time_limit = forms.CharField(
         required=False,
         max_length=40,
@@ -54,6 +74,45 @@ class JobSubmitForm(forms.Form):
             "Optional. The job is stopped and fails once it has run this long. "
             f"Empty: no limit. A GPU predicted to fail {cordon_rule()}."
         )
+
+    def clean_gpus(self) -> tuple[int, float | None]:
+        """``(gpus, fraction)``: whole GPUs, or a share of one GPU, by the API's one rule (issue #17)."""
+        try:
+            gpus, fraction = parse_gpus(self.cleaned_data["gpus"].strip())
+        except ValueError as exc:
+            raise forms.ValidationError(f"{str(exc)[:1].upper()}{str(exc)[1:]}.") from None
+        if gpus > MAX_GPUS_PER_JOB:
+            raise forms.ValidationError(f"Ask for at most {MAX_GPUS_PER_JOB} GPUs.")
+        return gpus, fraction
+
+    def clean(self) -> dict[str, Any] | None:
+        """Turn a fractional ``gpus`` into ``gpus`` 1 and a ``share``; the share's fields need a share."""
+        data = super().clean() or {}
+        asked = data.get("gpus")
+        if not isinstance(asked, tuple):
+            return data
+        data["gpus"], fraction = asked
+        memory_text = (data.get("gpu_memory") or "").strip()
+        workload_class = data.get("workload_class") or ""
+        data["share"] = None
+        if fraction is None:
+            if memory_text:
+                self.add_error("gpu_memory", "Only a share (GPUs between 0 and 1) takes a memory limit.")
+            if workload_class:
+                self.add_error("workload_class", "Only a share (GPUs between 0 and 1) has a class.")
+            return data
+        if data.get("array"):
+            self.add_error("gpus", "A job array's tasks take whole GPUs.")
+            return data
+        memory = None
+        if memory_text:
+            try:
+                memory = parse_gpu_memory(memory_text)
+            except ValueError as exc:
+                self.add_error("gpu_memory", f"{str(exc)[:1].upper()}{str(exc)[1:]}.")
+                return data
+        data["share"] = ShareSpec(fraction, memory, workload_class or WorkloadClass.OFFLINE.value)
+        return data
 
     def clean_command(self) -> str:
         command: str = self.cleaned_data["command"]

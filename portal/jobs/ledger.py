@@ -11,7 +11,8 @@ task is over (a cancel, a time limit, a preemption, a lost node). There are exac
 
 Until then the GPUs are *stopping* (or *fenced*, on a node that is down): not free, and still counted against
 their tenant's cap (``portal.jobs.selectors.stopping_allocations``). The database backs the ledger up: a partial
-unique index (``jobs_allocation_one_active_per_gpu``) makes a second active allocation of a GPU impossible.
+unique index (``jobs_allocation_one_active_per_gpu``) makes a second active whole-GPU allocation of a GPU impossible
+(shares of one GPU, issue #17, hold it together: :func:`allocate_share`).
 Callers hold the job's row lock; a scheduling round also holds the scheduler lease (``portal.jobs.lease``).
 """
 
@@ -55,6 +56,22 @@ def allocate(job: Job, ranks: Sequence[RankPlacement]) -> None:
             node=placement.node,
             gpu_indices=sorted(index for _, index in placement.gpus),
         )
+
+
+def allocate_share(job: Job, *, node: Node, gpu_id: int, index: int, compute_percent: int, memory_bytes: int) -> None:
+    """Give ``job``'s current attempt a share of one shared GPU (issue #17): one ``Allocation`` carrying its MPS
+    limits and one task. Several shares may hold a GPU at once (the one-active-per-GPU index is for whole-GPU
+    allocations); the share round keeps them within the GPU. Precondition: ``job`` is row-locked, in the round."""
+    Allocation.objects.create(
+        job=job,
+        attempt=job.attempt,
+        gpu_id=gpu_id,
+        node=node,
+        rank=0,
+        compute_percent=compute_percent,
+        memory_limit_bytes=memory_bytes,
+    )
+    JobTask.objects.create(job=job, attempt=job.attempt, rank=0, node=node, gpu_indices=[index])
 
 
 def release_task_gpus(task: JobTask) -> None:

@@ -1,5 +1,7 @@
 """A job's output: writing the chunks agents ship, bounded by ``CORRAL_JOB_LOG_MAX_CHARS``, and whether all of it
-has arrived (:func:`job_output_progress`). Reading the text is ``portal.jobs.selectors.job_log_read``.
+has arrived (:func:`job_output_progress`). Reading the text is ``portal.jobs.selectors.job_log_read``; its tail
+and earlier pieces for the job page and ``?tail=`` (:func:`job_log_window`), and the whole of it for a download
+(:func:`job_log_pieces`), are read through it.
 
 Agents count each task's output in bytes of its log file; the portal stores characters. Output arrives two ways,
 in heartbeats (as text, the agent's older path) and as raw bytes through ``POST /api/v1/agent/logs/``, and both
@@ -10,7 +12,7 @@ per byte that is not UTF-8, so the byte offsets acknowledged to the agent always
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -20,6 +22,7 @@ from django.db.models.functions import Length
 
 from portal.errors import NotFound
 from portal.jobs.models import Job, JobLogChunk, JobTask, TaskState
+from portal.jobs.selectors import job_log_read
 
 #: The most characters one stored chunk holds. An agent sends megabytes at a time; storing them in pieces keeps the
 #: log cap's granularity (it drops whole chunks) and lets readers take a page without loading a whole request.
@@ -221,3 +224,56 @@ def _bytes(count: int) -> str:
         if count >= scale:
             return f"{count / scale:.1f} {unit}"
     return f"{count} bytes"
+
+
+#: How far into a window :func:`job_log_window` looks for a line's end to start it at the next line.
+LINE_SEARCH_CHARS = 4096
+
+
+def job_log_window(*, job: Job, end: int, chars: int) -> tuple[str, int]:
+    """About the last ``chars`` characters of ``job``'s log before character ``end``: (text, where it starts).
+
+    The job page loads a log from its end (``end`` = ``log_size``: the error that ended a job is the first thing
+    seen) and then earlier pieces, each ending where the text shown begins; ``GET .../log/?tail=N`` reads the same.
+    A window starts at the beginning of a line when one begins within :data:`LINE_SEARCH_CHARS`, and, when its cut
+    falls in dropped output, at the first character kept after it, so that the pieces a reader joins meet exactly
+    and a gap's marker line is shown once.
+    """
+    end = max(0, min(end, job.log_size))
+    start = max(0, end - chars)
+    if start > 0:
+        holder = (
+            JobLogChunk.objects.filter(job=job, offset__lte=start)
+            .order_by("-offset")
+            .annotate(chars=Length("data"))
+            .values_list("offset", "chars")
+            .first()
+        )
+        if holder is None or holder[0] + holder[1] <= start:  # the cut lies in dropped output
+            after = JobLogChunk.objects.filter(job=job, offset__gt=start, offset__lt=end).order_by("offset")
+            start = after.values_list("offset", flat=True).first() or end
+    text, _ = job_log_read(job=job, offset=start, limit=max(chars, 1), end=end)
+    if start > 0:
+        cut = text.find("\n", 0, LINE_SEARCH_CHARS) + 1
+        if 0 < cut < len(text) and "[..." not in text[:cut]:
+            text, start = text[cut:], start + cut
+    return text, start
+
+
+#: Characters a download reads from the database at a time: a few stored chunks, never the whole log at once.
+DOWNLOAD_PIECE_CHARS = 4 * LOG_PIECE_CHARS
+
+
+def job_log_pieces(*, job: Job) -> Iterator[str]:
+    """``job``'s whole log as it stands now (up to its current ``log_size``, with a marker line where output was
+    dropped), a few chunks at a time: what ``GET .../log/?download=1`` streams. A log still growing is read to
+    where it ended when the download began."""
+    end = job.log_size
+    offset = 0
+    while offset < end:
+        text, next_offset = job_log_read(job=job, offset=offset, limit=DOWNLOAD_PIECE_CHARS, end=end)
+        if text:
+            yield text
+        if next_offset <= offset:
+            return
+        offset = next_offset

@@ -22,6 +22,14 @@ ACTIVE_STATES = [JobState.PENDING.value, JobState.RUNNING.value]
 TERMINAL_STATES = sorted(s.value for s in TERMINAL)  # sorted: a frozenset's order changes between runs
 
 
+class WorkloadClass(models.TextChoices):
+    """A share's class (issue #17): online work is latency-critical and protected; offline work is best-effort and
+    may be evicted (then requeued, never failed). The values are ``scheduling.core.sharing.WorkloadClass``'s."""
+
+    ONLINE = "online", "Online"
+    OFFLINE = "offline", "Offline"
+
+
 class JobQuerySet(models.QuerySet["Job"]):
     def visible_to(self, user: User | AnonymousUser) -> JobQuerySet:
         """The one place that says who sees which job: a member sees every job of their tenants; staff see all.
@@ -141,6 +149,23 @@ class Job(models.Model):
     # neither.
     array = models.ForeignKey(JobArray, on_delete=models.PROTECT, null=True, blank=True, related_name="jobs")
     array_index = models.PositiveIntegerField(null=True, blank=True, help_text="This task's index in its array.")
+    # A share of one GPU under MPS (issue #17): ``gpus`` stays 1 and ``gpu_fraction`` says how much of it; None is a
+    # whole-GPU job. Shares are scheduled apart from whole-GPU jobs, on GPUs an admin marked shared.
+    gpu_fraction = models.FloatField(
+        null=True, blank=True, help_text="The part of one GPU a share asks for, in (0, 1); empty: whole GPUs."
+    )
+    gpu_memory_bytes = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="A share's GPU memory limit; empty: its fraction of the GPU's memory."
+    )
+    workload_class = models.CharField(max_length=8, choices=WorkloadClass.choices, default=WorkloadClass.OFFLINE)
+    latency_slo_ms = models.PositiveIntegerField(
+        null=True, blank=True, help_text="An online share's p99 latency target; above it the agent evicts neighbours."
+    )
+    evictions = models.PositiveIntegerField(default=0, help_text="Times a share was evicted to protect online work.")
+    mps_suspect_faults = models.PositiveIntegerField(
+        default=0, help_text="MPS server faults whose logs named this job's process."
+    )
+    mps_culprit = models.BooleanField(default=False, help_text="Named by MPS faults repeatedly: kept off shared GPUs.")
 
     objects = JobQuerySet.as_manager()
 
@@ -174,6 +199,13 @@ class Job(models.Model):
                 condition=Q(array__isnull=True, array_index__isnull=True)
                 | Q(array__isnull=False, array_index__isnull=False),
                 name="%(app_label)s_%(class)s_array_index_with_array",
+            ),
+            models.CheckConstraint(
+                condition=Q(gpu_fraction__isnull=True) | Q(gpu_fraction__gt=0, gpu_fraction__lt=1, gpus=1),
+                name="%(app_label)s_%(class)s_fraction_in_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(workload_class__in=WorkloadClass.values), name="%(app_label)s_%(class)s_class_valid"
             ),
             # Also the index that ?array= lists and the %N limit read an array's tasks through, in index order.
             models.UniqueConstraint(
@@ -247,7 +279,11 @@ class JobEvent(models.Model):
 
 class Allocation(models.Model):
     """A GPU given to one attempt of a job. While ``released_at`` is empty the GPU is taken; a partial unique
-    constraint makes a second active allocation of the same GPU impossible, whatever the application does."""
+    constraint makes a second active whole-GPU allocation of the same GPU impossible, whatever the application does.
+
+    A *share* (issue #17) records its MPS limits here: ``compute_percent`` (its thread percentage) and
+    ``memory_limit_bytes``. Several shares may hold one shared GPU at once; the share round keeps them within the
+    GPU (``scheduling.core.sharing.fits``) and never gives a shared GPU to a whole-GPU job or the reverse."""
 
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="allocations")
     attempt = models.PositiveIntegerField()
@@ -256,11 +292,21 @@ class Allocation(models.Model):
     rank = models.PositiveIntegerField(help_text="Node rank of the gang member that uses this GPU.")
     created_at = models.DateTimeField(auto_now_add=True)
     released_at = models.DateTimeField(null=True, blank=True)
+    compute_percent = models.PositiveSmallIntegerField(
+        null=True, blank=True, help_text="A share's CUDA_MPS_ACTIVE_THREAD_PERCENTAGE; empty: the whole GPU."
+    )
+    memory_limit_bytes = models.PositiveBigIntegerField(null=True, blank=True, help_text="A share's memory limit.")
 
     class Meta:
         constraints = [
             models.UniqueConstraint(
-                fields=["gpu"], condition=Q(released_at__isnull=True), name="%(app_label)s_%(class)s_one_active_per_gpu"
+                fields=["gpu"],
+                condition=Q(released_at__isnull=True, compute_percent__isnull=True),
+                name="%(app_label)s_%(class)s_one_active_per_gpu",
+            ),
+            models.CheckConstraint(
+                condition=Q(compute_percent__isnull=True) | Q(compute_percent__gte=1, compute_percent__lte=100),
+                name="%(app_label)s_%(class)s_compute_percent_in_range",
             ),
             # One attempt holds a GPU once; and a GPU is released after it was given (issue #15's invariants).
             models.UniqueConstraint(fields=["job", "attempt", "gpu"], name="%(app_label)s_%(class)s_once_per_attempt"),

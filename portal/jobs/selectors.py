@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from django.conf import settings
@@ -13,6 +13,7 @@ from django.db.models import Count, Exists, F, OuterRef, Prefetch, Q, QuerySet
 
 from portal.db import EpochSeconds
 from portal.jobs.models import Allocation, Job, JobLogChunk, JobTask, executed_seconds
+from portal.jobs.waiting import start_in_words
 from portal.nodes.models import NodeState
 from portal.rounds import forecast_ran_at
 from scheduling.core.durations import format_duration
@@ -63,6 +64,10 @@ class StartEstimate:
     at: datetime | None
     text: str
     brief: str = ""  # for lists: "Starts in about 2h 10m." when a time is known, else nothing
+    # Where 8 in 10 such estimates came true in trace replays (``scheduling.core.start_range``); None without a time
+    # or a calibration, and when the job should start at the next round.
+    earliest: datetime | None = None
+    latest: datetime | None = None
 
 
 #: Forecast periods after which an estimate says how old it is (the beat or the workers may be down).
@@ -70,7 +75,8 @@ STALE_FORECASTS = 4
 #: What every estimate assumes, shown next to it: the forecast knows nothing of jobs not yet submitted.
 START_ESTIMATE_BASIS = (
     "An estimate: it assumes no other jobs are submitted and that running jobs end at their time limit or when "
-    "similar past jobs did."
+    "similar past jobs did. The likely range, or how much later it can be, is measured: in replays of real traces "
+    "8 in 10 such estimates came true within the range."
 )
 
 
@@ -84,13 +90,15 @@ def job_start_estimate(*, job: Job, now: datetime) -> StartEstimate | None:
         return StartEstimate("", None, f"Working out when it should start (every {every}).")
     outlook, at = forecast
     if outlook == StartOutlook.ESTIMATED and at is not None:
-        text, brief = _start_in_words(at, now)
+        text, brief, likely = start_in_words(at, now)
         # Unchanged forecasts are not rewritten: the latest refresh that confirmed them says how fresh they are.
         made = max((t for t in (job.forecast_at, forecast_ran_at()) if t is not None), default=None)
         age = (now - made).total_seconds() if made is not None else 0.0
         if age > STALE_FORECASTS * settings.CORRAL_FORECAST_EVERY:  # no forecast ran since: say how old this one is
             text += f" Forecast made {format_duration(round(age / 60) * 60)} ago."
-        return StartEstimate(outlook, at, text, brief)
+        if likely is None:
+            return StartEstimate(outlook, at, text, brief)
+        return StartEstimate(outlook, at, text, brief, *likely)
     texts: dict[str, str] = {
         StartOutlook.UNKNOWN_END: (
             "No start time yet: the GPUs it waits for are held by jobs that have no time limit and no similar "
@@ -110,17 +118,6 @@ def job_start_estimate(*, job: Job, now: datetime) -> StartEstimate | None:
     return StartEstimate(outlook, None, texts.get(outlook, ""))
 
 
-def _start_in_words(at: datetime, now: datetime) -> tuple[str, str]:
-    """The expected start as the job page says it, and as the job list does."""
-    wait = (at - now).total_seconds()
-    if wait <= 2 * settings.CORRAL_SCHEDULE_EVERY:
-        return "Should start at the next scheduling round.", "Starts at the next round."
-    # Rounded as people say it: to the minute within a day, to the hour beyond.
-    rounded = format_duration(max(60, round(wait / 60) * 60 if wait < 86_400 else round(wait / 3600) * 3600))
-    around = at.astimezone(UTC)
-    return f"Should start in about {rounded} (around {around:%Y-%m-%d %H:%M} UTC).", f"Starts in about {rounded}."
-
-
 def cordon_rule() -> str:
     """What a soft-cordoned GPU still takes, for pages and help texts (``CORRAL_CORDON_MAX_TIME_LIMIT``)."""
     longest = settings.CORRAL_CORDON_MAX_TIME_LIMIT
@@ -129,9 +126,10 @@ def cordon_rule() -> str:
     return f"takes only jobs with a time limit ≤ {format_duration(longest)}"
 
 
-def job_log_read(*, job: Job, offset: int = 0, limit: int = 1_000_000) -> tuple[str, int]:
+def job_log_read(*, job: Job, offset: int = 0, limit: int = 1_000_000, end: int | None = None) -> tuple[str, int]:
     """Output of ``job`` from character ``offset``: returns (text, next offset). At most about ``limit``
-    characters per call so a follower of a chatty job gets it in pieces.
+    characters per call so a follower of a chatty job gets it in pieces; never past character ``end`` when given
+    (a reader of earlier output stops where the text it already shows begins).
 
     Offsets count everything the job printed, stored or not: ``job_log_append`` may have dropped the middle of a
     long log. Where the text crosses dropped output it holds one marker line saying how much is missing, and a
@@ -140,28 +138,29 @@ def job_log_read(*, job: Job, offset: int = 0, limit: int = 1_000_000) -> tuple[
     no longer exists.
     """
     offset = max(0, offset)
-    chunks = JobLogChunk.objects.filter(job=job, offset__gte=_chunk_start(job, offset)).order_by("offset")
+    stop = job.log_size if end is None else max(offset, min(end, job.log_size))
+    chunks = JobLogChunk.objects.filter(job=job, offset__gte=_chunk_start(job, offset), offset__lt=stop)
     parts: list[str] = []
     size = 0
     position = offset  # how far the reader has got
     last_char = "\n" if offset == 0 else None  # the character before ``position``, when known: the marker's own line
-    for chunk in chunks.iterator():
-        end = chunk.offset + len(chunk.data)
-        if end <= position:  # the chunk before ``offset``, which _chunk_start may find
-            last_char = chunk.data[-1:] if end == position else None
+    for chunk in chunks.order_by("offset").iterator():
+        chunk_end = min(chunk.offset + len(chunk.data), stop)
+        if chunk_end <= position:  # the chunk before ``offset``, which _chunk_start may find
+            last_char = chunk.data[-1:] if chunk_end == position else None
             continue
         if chunk.offset > position:
             parts.append(_log_gap_marker(chunk.offset - position, last_char))
-        data = chunk.data[max(0, position - chunk.offset) :]
+        data = chunk.data[max(0, position - chunk.offset) : stop - chunk.offset]
         parts.append(data)
         size += len(data)
-        position, last_char = end, data[-1:]
+        position, last_char = chunk_end, data[-1:]
         if size >= limit:
             break
     else:
-        if position < job.log_size:  # the end itself is gone (job_log_append keeps it; a hand-pruned log may not)
-            parts.append(_log_gap_marker(job.log_size - position, last_char))
-            position = job.log_size
+        if position < stop:  # the end itself is gone (job_log_append keeps it; a hand-pruned log may not)
+            parts.append(_log_gap_marker(stop - position, last_char))
+            position = stop
     return "".join(parts), position if position > offset else min(offset, job.log_size)
 
 
@@ -276,7 +275,8 @@ _IN_LIST_MAX = 2000
 def active_job_rows() -> list[ActiveJobRow]:
     """Every pending and running job's changing columns. One query, no model instances and no datetime objects:
     at 50,000 pending jobs this is a tenth of what loading them as models costs."""
-    rows = Job.objects.filter(state__in=_ACTIVE).values_list(
+    # Shares of a GPU (issue #17) are placed apart, on shared GPUs (portal.scheduler.shares): never in ``decide``.
+    rows = Job.objects.filter(state__in=_ACTIVE, gpu_fraction__isnull=True).values_list(
         "pk", "state", "attempt", EpochSeconds("started_at"), EpochSeconds("queued_at"), "attained_service"
     )
     return list(rows)
@@ -330,6 +330,7 @@ def stopping_holds() -> list[StoppingHold]:
     counts against caps besides the running jobs, and what pending jobs are told is being freed. One query."""
     rows = (
         stopping_allocations()
+        .filter(compute_percent__isnull=True)  # shares count by their fraction (portal.jobs.share_selectors)
         .values("job__tenant__slug", "job__user__username", "node__state")
         .annotate(n=Count("pk"))
         .values_list("job__tenant__slug", "job__user__username", "node__state", "n")

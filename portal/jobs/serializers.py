@@ -12,34 +12,73 @@ from portal.jobs.array_selectors import COUNT_ORDER, ArrayCounts
 from portal.jobs.array_spec import MAX_SPEC_CHARS
 from portal.jobs.logs import OutputProgress, OutputState, job_output_progress
 from portal.jobs.models import MAX_TIME_LIMIT, Job, JobArray, JobEvent, JobTask
+from portal.jobs.outcome import job_finish_reason
 from portal.jobs.selectors import StartEstimate, job_start_estimate
+from portal.jobs.share_selectors import job_share
+from portal.jobs.share_serializers import MAX_GPUS_PER_JOB as MAX_GPUS_PER_JOB  # the form reads it from here
+from portal.jobs.share_serializers import ShareSerializer, ShareSubmitFields
+from portal.jobs.timeline import job_timeline
 from portal.tenants.models import Tenant
+from scheduling.core.durations import parse_duration
 
-MAX_GPUS_PER_JOB = 4096
+
+@extend_schema_field(
+    {
+        "oneOf": [
+            {"type": "integer", "minimum": 1, "maximum": MAX_TIME_LIMIT},
+            {"type": "string", "minLength": 1, "maxLength": 40, "example": "2h"},
+        ]
+    }
+)
+class TimeLimitField(serializers.Field[int, object, int, object]):
+    """A time limit in seconds, given as whole seconds or in the duration grammar every other way of submitting
+    takes (``scheduling.core.durations``), so ``"2h"`` means the same in a REST call as in the form and the CLI."""
+
+    default_error_messages = {
+        "invalid": "Give the time limit as a whole number of seconds or a duration like 2h, 90m or 1d 12h.",
+        "min_value": "The time limit must be at least 1 second.",
+        "max_value": f"The time limit may be at most 30 days ({MAX_TIME_LIMIT} seconds).",
+    }
+
+    def to_internal_value(self, data: object) -> int:
+        if isinstance(data, bool):
+            self.fail("invalid")
+        if isinstance(data, float) and data.is_integer():
+            data = int(data)
+        if isinstance(data, str):
+            if len(data) > 40:
+                self.fail("invalid")
+            try:
+                data = parse_duration(data)
+            except ValueError:
+                self.fail("invalid")
+        if not isinstance(data, int):
+            self.fail("invalid")
+        if data < 1:
+            self.fail("min_value")
+        if data > MAX_TIME_LIMIT:
+            self.fail("max_value")
+        return data
+
+    def to_representation(self, value: int) -> int:
+        return value
 
 
-class JobSubmitSerializer(serializers.Serializer[dict[str, Any]]):
+class JobSubmitSerializer(ShareSubmitFields):  # gpus, gpu_memory, workload_class: whole GPUs or a share (#17)
     name = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
     command = serializers.CharField(max_length=16_000, trim_whitespace=False)
-    gpus = serializers.IntegerField(min_value=1, max_value=MAX_GPUS_PER_JOB)
     tenant = serializers.SlugField(required=False, allow_null=True, default=None)
     env = serializers.DictField(child=serializers.CharField(allow_blank=True, max_length=8192), required=False)
-    time_limit = serializers.IntegerField(
+    time_limit = TimeLimitField(
         required=False,
         allow_null=True,
         default=None,
-        min_value=1,
-        max_value=MAX_TIME_LIMIT,
         help_text=(
-            "Seconds each attempt may run, 1 to 2592000 (30 days); past it the job is stopped (SIGTERM, then "
-            "SIGKILL) and fails. Omit or null for no limit. Only jobs with a limit of at most "
-            "CORRAL_CORDON_MAX_TIME_LIMIT (7200 by default) may run on soft-cordoned GPUs."
+            "How long each attempt may run: whole seconds (7200) or a duration as the form and `corral submit "
+            '--time-limit` take it ("2h", "90m", "1d 12h"), 1 second to 30 days (2592000); past it the job '
+            "is stopped (SIGTERM, then SIGKILL) and fails. Omit or null for no limit. Only jobs with a limit of at "
+            "most CORRAL_CORDON_MAX_TIME_LIMIT (7200 by default) may run on soft-cordoned GPUs."
         ),
-        error_messages={
-            "invalid": "Give the time limit as a whole number of seconds.",
-            "min_value": "The time limit must be at least 1 second.",
-            "max_value": f"The time limit may be at most 30 days ({MAX_TIME_LIMIT} seconds).",
-        },
     )
 
     array = serializers.CharField(
@@ -81,7 +120,17 @@ class StartEstimateSerializer(serializers.Serializer[StartEstimate]):
         )
     )
     expected_start_at = serializers.DateTimeField(source="at", allow_null=True)
-    text = serializers.CharField(help_text="The same answer in words, as the job page shows it.")
+    earliest_start_at = serializers.DateTimeField(
+        source="earliest",
+        allow_null=True,
+        help_text="The likely range's start: in replays of real traces 8 in 10 estimates came true between "
+        "earliest_start_at and latest_start_at (docs/scheduling.md). Null without an expected start, or when the "
+        "job should start at the next round.",
+    )
+    latest_start_at = serializers.DateTimeField(
+        source="latest", allow_null=True, help_text="The likely range's end (see earliest_start_at)."
+    )
+    text = serializers.CharField(help_text="The same answer in words, as the job page shows it, with its range.")
 
 
 class JobSerializer(serializers.ModelSerializer[Job]):
@@ -96,6 +145,10 @@ class JobSerializer(serializers.ModelSerializer[Job]):
     cancel_requested = serializers.SerializerMethodField()
     start_estimate = serializers.SerializerMethodField(
         help_text="Pending jobs only (null otherwise): when the job should start, from the latest forecast."
+    )
+    finish_reason = serializers.SerializerMethodField(
+        help_text='Why a finished job ended, in words: "time limit of 20s exceeded", "cancelled by alice", "rank 1: '
+        'exit code 3", "rank 0: killed by SIGKILL", a lost node; "exit code 0" once succeeded; empty until it ends.'
     )
     node = serializers.SerializerMethodField()
     nodes = serializers.SerializerMethodField()
@@ -122,6 +175,10 @@ class JobSerializer(serializers.ModelSerializer[Job]):
             "name",
             "command",
             "gpus",
+            "gpu_fraction",
+            "gpu_memory_bytes",
+            "workload_class",
+            "latency_slo_ms",
             "tenant",
             "user",
             "env",
@@ -129,6 +186,7 @@ class JobSerializer(serializers.ModelSerializer[Job]):
             "reason",
             "reason_code",
             "exit_code",
+            "finish_reason",
             "attempt",
             "node",
             "nodes",
@@ -165,8 +223,17 @@ class JobSerializer(serializers.ModelSerializer[Job]):
         if estimate is None:
             return None
         # StartEstimateSerializer's shape, built directly: a nested serializer per job cost a third of a list page.
-        at = None if estimate.at is None else _DATETIME.to_representation(estimate.at)
-        return {"outlook": estimate.outlook, "expected_start_at": at, "text": estimate.text}
+        at, earliest, latest = (
+            None if t is None else _DATETIME.to_representation(t)
+            for t in (estimate.at, estimate.earliest, estimate.latest)
+        )
+        return {
+            "outlook": estimate.outlook,
+            "expected_start_at": at,
+            "earliest_start_at": earliest,
+            "latest_start_at": latest,
+            "text": estimate.text,
+        }
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -187,6 +254,10 @@ class JobSerializer(serializers.ModelSerializer[Job]):
 
     def get_log_note(self, job: Job) -> str:
         return self._output(job).text
+
+    def get_finish_reason(self, job: Job) -> str:
+        # From the events the views prefetch (with_finish_events); a job that has not ended costs no query.
+        return job_finish_reason(job)
 
     def get_cancel_requested(self, job: Job) -> bool:
         return job.cancel_requested_at is not None
@@ -262,3 +333,60 @@ class JobArraySerializer(serializers.ModelSerializer[JobArray]):
 
     def get_tasks_url(self, job_array: JobArray) -> str:
         return f"/api/v1/jobs/?array={job_array.pk}"
+
+
+class TimelineAttemptSerializer(serializers.Serializer[dict[str, Any]]):
+    """One start of the job (``portal.jobs.timeline.Attempt``)."""
+
+    number = serializers.IntegerField(help_text="1 for the first start; a requeue or preemption starts the next.")
+    queued_from = serializers.DateTimeField(help_text="When the wait before this start began.")
+    started_at = serializers.DateTimeField()
+    queued_seconds = serializers.FloatField(help_text="Seconds it waited for this start.")
+    ended_at = serializers.DateTimeField(allow_null=True, help_text="Null while this attempt runs.")
+    ran_seconds = serializers.FloatField(help_text="Seconds this attempt ran (so far, while it runs).")
+    outcome = serializers.CharField(
+        allow_null=True, help_text="The state it left running for: pending (requeued, preempted) or a final state."
+    )
+    ended_by = serializers.CharField(allow_null=True, help_text="The event that ended it: requeued, preempted, ...")
+
+
+class TimelineSerializer(serializers.Serializer[dict[str, Any]]):
+    """A job's timeline, as its page shows it (``portal.jobs.timeline``)."""
+
+    submitted_at = serializers.DateTimeField()
+    waiting_since = serializers.DateTimeField(
+        allow_null=True, help_text="A pending job: when it last entered the queue."
+    )
+    queued_seconds = serializers.FloatField(help_text="Seconds spent waiting over all attempts, so far.")
+    ran_seconds = serializers.FloatField(help_text="Seconds run over all attempts, so far.")
+    finished_at = serializers.DateTimeField(allow_null=True)
+    outcome = serializers.CharField(allow_null=True, help_text="The final state, once the job is over.")
+    attempts = TimelineAttemptSerializer(many=True)
+
+
+class JobDetailSerializer(JobSerializer):
+    """One job (``GET /api/v1/jobs/{id}/``): the list's fields and its timeline, which costs a query of its own and
+    so is left out of lists."""
+
+    timeline = serializers.SerializerMethodField(
+        help_text="Submitted, queued for, started and ran for (per attempt when requeued), finished."
+    )
+
+    share = serializers.SerializerMethodField(
+        help_text="A running share (issue #17): the node and GPU it shares, its MPS compute percent and memory limit, "
+        "and how many other shares hold that GPU now; null otherwise."
+    )
+
+    class Meta(JobSerializer.Meta):
+        fields = [*JobSerializer.Meta.fields, "timeline", "share"]
+        read_only_fields = fields
+
+    @extend_schema_field(ShareSerializer(allow_null=True))
+    def get_share(self, job: Job) -> dict[str, Any] | None:
+        share = job_share(job=job)
+        return None if share is None else dict(ShareSerializer(share).data)
+
+    @extend_schema_field(TimelineSerializer)
+    def get_timeline(self, job: Job) -> dict[str, Any]:
+        timeline = job_timeline(job=job, now=timezone.now())
+        return dict(TimelineSerializer(timeline.as_dict()).data)

@@ -25,7 +25,9 @@ from portal.jobs.models import (
     JobTask,
     TaskState,
 )
+from portal.jobs.outcome import exit_words
 from portal.jobs.selectors import jobs_awaiting_previous_attempt
+from portal.jobs.share_spec import ShareSpec, check_share, share_columns
 from portal.jobs.validation import admit_submission, default_job_name, membership, validate_spec
 from portal.jobs.waiting import jobs_set_wait_reasons
 from portal.rounds import request_round
@@ -83,8 +85,9 @@ def job_submit(
     tenant: Tenant | str | None = None,
     env: Mapping[str, str] | None = None,
     time_limit: int | None = None,
+    share: ShareSpec | None = None,
 ) -> Job:
-    """Queue a new job for ``user`` in ``tenant`` (their only tenant when omitted).
+    """Queue a new job for ``user`` in ``tenant`` (their only tenant when omitted); ``share``: part of one GPU (#17).
 
     ``time_limit`` (seconds, 1 to 30 days; None: no limit) bounds each attempt: past it the job is stopped and
     fails (see :func:`jobs_enforce_time_limits`); a short enough limit also lets it run on soft-cordoned GPUs.
@@ -97,6 +100,9 @@ def job_submit(
     env = dict(env or {})
     name = default_job_name(name, command)
     validate_spec(name=name, command=command, gpus=gpus, env=env, time_limit=time_limit)
+    if share is not None:
+        check_share(share)
+        gpus = 1  # a share is part of one GPU: every count of GPUs per job sees one
     resolved = admit_submission(user=user, tenant=tenant, gpus=gpus, adding=1)
     job = Job.objects.create(
         tenant=resolved,
@@ -107,6 +113,7 @@ def job_submit(
         env=env,
         time_limit=time_limit,
         queued_at=timezone.now(),
+        **share_columns(share),
     )
     _record(job, EventKind.SUBMITTED, actor=user.get_username(), to_state=JobState.PENDING.value)
     _kick_scheduler()
@@ -323,7 +330,7 @@ def job_task_exited(*, task: JobTask, exit_code: int | None, actor: str) -> None
             _kick_scheduler()
         return
     if exit_code != 0:
-        what = f"exit code {exit_code}" if exit_code is not None else "the process could not start"
+        what = exit_words(exit_code)  # "exit code 3", "killed by SIGKILL": how the history and the pages say it
         # A process that could not start never touched a GPU; only a real exit can be the hardware's doing.
         blame = None
         if exit_code is not None:

@@ -9,7 +9,7 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from portal.errors import QuotaExceeded, ValidationFailed
+from portal.errors import ClusterTooSmall, OverQuota, QuotaExceeded, ValidationFailed
 from portal.jobs.models import ACTIVE_STATES, MAX_TIME_LIMIT, Job
 from portal.nodes.selectors import cluster_has_gpus, present_gpu_count
 from portal.tenants.models import Membership, Quota, Tenant
@@ -98,22 +98,24 @@ def validate_spec(*, name: str, command: str, gpus: int, env: Mapping[str, str],
 
 
 def check_fits(*, tenant: Tenant, gpus: int, quota: Quota | None) -> None:
-    """Refuse at submit a job that could never start, so it does not wait forever with no hope."""
+    """Refuse at submit a job that could never start, so it does not wait forever with no hope. The cluster's size
+    comes first: a 64-GPU job on an 8-GPU cluster is told "the cluster has 8 GPUs", which no quota change would
+    fix, before it is told about its tenant's cap. The one rule for the form, the API and the CLI (all submit
+    through ``job_submit``); the submit form shows the same numbers beforehand (``submit_outlook``)."""
+    if not cluster_has_gpus(gpus):  # cheap whatever the cluster's size; the count only for the refusal's words
+        cluster_gpus = present_gpu_count()
+        if gpus > cluster_gpus:
+            raise ClusterTooSmall(f"the cluster has {cluster_gpus} GPUs; this job asks for {gpus}", field="gpus")
     if quota is not None and quota.gpu_limit is not None and gpus > quota.gpu_limit:
-        raise ValidationFailed(
+        raise OverQuota(
             f"tenant '{tenant.slug}' may use at most {quota.gpu_limit} GPUs at once; this job asks for {gpus}",
             field="gpus",
         )
     if quota is not None and quota.user_gpu_limit is not None and gpus > quota.user_gpu_limit:
-        raise ValidationFailed(
+        raise OverQuota(
             f"each member of '{tenant.slug}' may use at most {quota.user_gpu_limit} GPUs; this job asks for {gpus}",
             field="gpus",
         )
-    if cluster_has_gpus(gpus):  # cheap whatever the cluster's size; the count only for the refusal's words
-        return
-    cluster_gpus = present_gpu_count()
-    if gpus > cluster_gpus:
-        raise ValidationFailed(f"the cluster has {cluster_gpus} GPUs; this job asks for {gpus}", field="gpus")
 
 
 def default_job_name(name: str, command: str) -> str:

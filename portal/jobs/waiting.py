@@ -1,6 +1,6 @@
 """What a waiting job shows: why it waits (the scheduler's reason, written each round) and when it should start
-(the start forecast, written every ``CORRAL_FORECAST_EVERY`` seconds). Both touch only pending jobs' reason and
-forecast columns, never their state, so they need no row locks."""
+(the start forecast, written every ``CORRAL_FORECAST_EVERY`` seconds, and its likely range in words). Both writes
+touch only pending jobs' reason and forecast columns, never their state, so they need no row locks."""
 
 from __future__ import annotations
 
@@ -9,12 +9,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from django.conf import settings
 from django.db import connection, transaction
 
 from portal.db import EpochSeconds
 from portal.jobs.models import Job
+from scheduling.core.durations import format_duration
 from scheduling.core.forecast import StartOutlook
 from scheduling.core.model import WaitReason
+from scheduling.core.start_range import keeps_shown, start_range
 from scheduling.core.states import JobState
 
 #: Rows written per UPDATE statement by the forecast.
@@ -81,17 +84,16 @@ class StartForecast:
     at: float | None
 
 
-#: A new expected start closer than this to the stored one is not written: the page rounds to the minute anyway.
-FORECAST_TOLERANCE = 60.0
-
-
 def jobs_set_start_forecasts(*, forecasts: Mapping[int, StartForecast], made_at: datetime) -> int:
     """Store each pending job's start forecast where it changed, stamped ``made_at``; returns how many were written.
 
     A forecast older than the job's entry into the queue is never shown, so a requeued job always gets its new one.
-    Otherwise only a changed outlook or a start that moved by :data:`FORECAST_TOLERANCE` or more is written: with
-    50,000 pending jobs, rewriting every row every refresh cost most of the refresh (and a full table of dead row
-    versions each time). How fresh the answers are overall is :func:`portal.rounds.forecast_ran_at`.
+    Otherwise only a changed outlook, or a start that moved enough to be worth showing, is written. *Enough* is
+    :func:`scheduling.core.start_range.keeps_shown`: by half the time still to wait, at least a minute. In trace
+    replays (``bench/start_estimates.py``, docs/benchmarks.md) writing every change of a minute moved a waiting
+    job's estimate 20 to 175 times per wait (#18: "it read 00:02, 00:03, 00:04, 00:07, 00:08") and was no more
+    right than this. Writing less also keeps a refresh cheap: with 50,000 pending jobs, rewriting every row every
+    refresh cost most of the refresh. How fresh the answers are overall is :func:`portal.rounds.forecast_ran_at`.
     """
     stored = Job.objects.filter(state=JobState.PENDING.value)
     if len(forecasts) <= _IN_LIST_MAX:
@@ -99,6 +101,7 @@ def jobs_set_start_forecasts(*, forecasts: Mapping[int, StartForecast], made_at:
     rows = stored.values_list(
         "pk", "start_outlook", EpochSeconds("expected_start_at"), EpochSeconds("forecast_at"), EpochSeconds("queued_at")
     )
+    now = made_at.timestamp()
     changed: list[tuple[int, StartForecast]] = []
     for pk, outlook, at, forecast_at, queued_at in rows:
         new = forecasts.get(pk)
@@ -106,7 +109,7 @@ def jobs_set_start_forecasts(*, forecasts: Mapping[int, StartForecast], made_at:
             continue
         requeued = forecast_at is None or (queued_at is not None and forecast_at < queued_at)
         moved = (at is None) != (new.at is None) or (
-            at is not None and new.at is not None and abs(at - new.at) >= FORECAST_TOLERANCE
+            at is not None and new.at is not None and not keeps_shown(at, new.at, now=now)
         )
         if requeued or outlook != new.outlook.value or moved:
             changed.append((pk, new))
@@ -144,3 +147,54 @@ def _write_forecasts(batch: list[tuple[int, StartForecast]], made_at: datetime) 
         for pk, f in batch
     ]
     Job.objects.bulk_update(jobs, ["start_outlook", "expected_start_at", "forecast_at"], batch_size=_BATCH)
+
+
+#: Seconds past its expected start after which a waiting job's estimate reads as overdue (a minute: what it rounds to).
+OVERDUE_AFTER = 60.0
+
+
+def start_in_words(at: datetime, now: datetime) -> tuple[str, str, tuple[datetime, datetime] | None]:
+    """An expected start in words as the job page says it, as the job list does, and its likely range (None when
+    the job should start at the next round, is past its expected start, or no calibration is stored:
+    ``scheduling.core.start_range``). A lopsided range (``StartRange.overrun``) is said as "about then, later if
+    the jobs ahead overrun", with the measured latest start on the page."""
+    wait = (at - now).total_seconds()
+    around = at.astimezone(UTC)
+    if wait < -OVERDUE_AFTER:
+        # The forecast is refreshed only when the queue changes (or every few minutes), so a start it expected can
+        # pass while the job still waits: a job ahead is running past its expected end. Say so, not "next round".
+        return (
+            f"Was expected to start around {around:%Y-%m-%d %H:%M} UTC: the jobs ahead of it are running longer "
+            "than expected.",
+            f"Expected around {around:%H:%M} UTC; running late.",
+            None,
+        )
+    if wait <= 2 * settings.CORRAL_SCHEDULE_EVERY:
+        return "Should start at the next scheduling round.", "Starts at the next round.", None
+    # Rounded as people say it: to the minute within a day, to the hour beyond.
+    rounded = _rounded(wait)
+    said = f"Should start in about {rounded} (around {around:%Y-%m-%d %H:%M} UTC)"
+    likely = start_range(at.timestamp(), now=now.timestamp())
+    if likely is None:
+        return f"{said}.", f"Starts in about {rounded}.", None
+    earliest = datetime.fromtimestamp(likely.earliest, tz=UTC)
+    latest = datetime.fromtimestamp(likely.latest, tz=UTC)
+    when = "%H:%M" if earliest.date() == latest.date() == around.date() else "%Y-%m-%d %H:%M"
+    low, high = (_rounded(t - now.timestamp()) for t in (likely.earliest, likely.latest))
+    if likely.overrun:  # "likely 2m-9h 20m" would mix the two kinds of wait measured (scheduling.core.start_range)
+        return (
+            f"{said}, later if the jobs ahead of it run past their expected end: in replays of real traces, 9 in 10 "
+            f"such jobs had started by {latest:{when}} UTC (in {high}).",
+            f"Starts in about {rounded}, later if the jobs ahead overrun.",
+            (earliest, latest),
+        )
+    return (
+        f"{said}, likely between {earliest:{when}} and {latest:{when}} UTC.",
+        f"Starts in about {rounded} (likely {low}–{high}).",
+        (earliest, latest),
+    )
+
+
+def _rounded(seconds: float) -> str:
+    """A wait as people say it: to the minute within a day, to the hour beyond; at least a minute."""
+    return format_duration(max(60, round(seconds / 60) * 60 if seconds < 86_400 else round(seconds / 3600) * 3600))

@@ -95,6 +95,28 @@ class CorralCollector(Collector):
         yield from self._jobs()
         yield from self._scheduler()
         yield from self._nodes()
+        yield from self._shares()
+
+    def _shares(self) -> Iterator[Metric]:
+        """GPU shares under MPS (issue #17): each shared GPU's shares and the compute given to them; evictions."""
+        clients = GaugeMetricFamily("corral_gpu_share_clients", "Shares running on a shared GPU.", labels=GPU_LABELS)
+        compute = GaugeMetricFamily(
+            "corral_gpu_share_compute_percent",
+            "Compute (MPS thread percentage) given to the shares on a shared GPU, summed.",
+            labels=GPU_LABELS,
+        )
+        for gpu in self.data.gpus:
+            if gpu.pk in self.data.share_clients:
+                n, percent = self.data.share_clients[gpu.pk]
+                clients.add_metric(_gpu_labels(gpu), float(n))
+                compute.add_metric(_gpu_labels(gpu), float(percent))
+        yield clients
+        yield compute
+        evictions = CounterMetricFamily(
+            "corral_share_evictions", "Shares evicted to protect online work on their GPU (each is requeued)."
+        )
+        evictions.add_metric([], float(self.data.share_evictions))
+        yield evictions
 
     def _fresh(self, gpu: Gpu) -> LatestSample | None:
         sample: LatestSample | None = getattr(gpu, "latest_sample", None)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.db.models import Count, Max
+from django.db.models import Count, Max, Sum
 from django.utils import timezone
 
-from portal.jobs.models import Job
+from portal.jobs.models import Allocation, Job
 from portal.nodes.models import Gpu, Node
 from portal.scheduler.models import SchedulerRound
 from portal.telemetry.models import Alert, FailureModel, NodeTelemetry
@@ -29,13 +29,20 @@ class MetricsData:
     nodes: list[tuple[str, str, NodeTelemetry | None]]  # name, hostname, bookkeeping
     active_model: FailureModel | None
     active_alerts: dict[str, int]
+    #: Issue #17: shared GPU id -> (shares on it, compute percent given), and evictions of shares so far.
+    share_clients: dict[int, tuple[int, int]] = field(default_factory=dict)
+    share_evictions: int = 0
 
 
 def metrics_data(*, now: datetime | None = None) -> MetricsData:
-    """The data behind ``GET /metrics``, in nine queries regardless of cluster size."""
+    """The data behind ``GET /metrics``, in nine queries regardless of cluster size (ten where GPUs are shared)."""
     now = now or timezone.now()
     jobs_by_state = {s.value: 0 for s in JobState}
-    jobs_by_state.update(dict(Job.objects.values("state").annotate(n=Count("pk")).values_list("state", "n")))
+    by_state = Job.objects.values("state").annotate(n=Count("pk"), ev=Sum("evictions")).values_list("state", "n", "ev")
+    evictions = 0
+    for state, n, ev in by_state:
+        jobs_by_state[state] = n
+        evictions += ev or 0
     pending = dict(
         Job.objects.filter(state=JobState.PENDING.value)
         .values("reason_code")
@@ -53,8 +60,19 @@ def metrics_data(*, now: datetime | None = None) -> MetricsData:
         .annotate(n=Count("pk"))
         .values_list("severity", "n")
     )
+    gpus = list(gpus_with_telemetry())
+    shares: dict[int, tuple[int, int]] = {}
+    if any(g.shared for g in gpus):  # one more query, only on a cluster that shares GPUs
+        shares = {g.pk: (0, 0) for g in gpus if g.shared}
+        shares.update(
+            (gpu_id, (n, int(p or 0)))
+            for gpu_id, n, p in Allocation.objects.filter(released_at__isnull=True, compute_percent__isnull=False)
+            .values("gpu_id")
+            .annotate(n=Count("pk"), p=Sum("compute_percent"))
+            .values_list("gpu_id", "n", "p")
+        )
     return MetricsData(
-        gpus=list(gpus_with_telemetry()),
+        gpus=gpus,
         jobs_by_state=jobs_by_state,
         pending_by_reason={(k or "unknown"): v for k, v in pending.items()},
         last_round=SchedulerRound.objects.order_by("-at").first(),
@@ -63,4 +81,6 @@ def metrics_data(*, now: datetime | None = None) -> MetricsData:
         nodes=nodes,
         active_model=FailureModel.objects.filter(active=True).defer("artifact").first(),
         active_alerts=alerts,
+        share_clients=shares,
+        share_evictions=evictions,
     )

@@ -4,12 +4,13 @@ from django.http import HttpRequest
 
 from portal.nodes.models import Gpu, Node
 from portal.nodes.services import node_set_draining
+from portal.nodes.sharing import gpus_set_shared
 
 
 class GpuInline(admin.TabularInline):
     model = Gpu
     extra = 0
-    fields = ["index", "uuid", "model", "memory_mb", "health", "health_detail", "present"]
+    fields = ["index", "uuid", "model", "memory_mb", "health", "health_detail", "present", "shared", "max_clients"]
     readonly_fields = ["index", "uuid", "model", "memory_mb", "present"]
 
 
@@ -20,7 +21,7 @@ class NodeAdmin(admin.ModelAdmin):
     search_fields = ["name", "hostname"]
     readonly_fields = ["last_heartbeat", "registered_at", "agent_version", "state"]
     inlines = [GpuInline]
-    actions = ["drain", "undrain"]
+    actions = ["drain", "undrain", "share_gpus", "unshare_gpus"]
 
     @admin.action(description="Drain (no new jobs; running jobs finish)")
     def drain(self, request: HttpRequest, queryset: QuerySet[Node]) -> None:
@@ -34,9 +35,34 @@ class NodeAdmin(admin.ModelAdmin):
             node_set_draining(node=node, draining=False)
         messages.info(request, f"Undrained {queryset.count()} node(s).")
 
+    @admin.action(description="Share their GPUs (shares of a GPU under MPS only)")
+    def share_gpus(self, request: HttpRequest, queryset: QuerySet[Node]) -> None:
+        ids = list(Gpu.objects.filter(node__in=queryset).values_list("pk", flat=True))
+        changed = gpus_set_shared(gpu_ids=ids, shared=True, by=request.user.get_username())
+        messages.info(request, f"{changed} GPU(s) now take shares only.")
+
+    @admin.action(description="Stop sharing their GPUs (whole-GPU jobs only)")
+    def unshare_gpus(self, request: HttpRequest, queryset: QuerySet[Node]) -> None:
+        ids = list(Gpu.objects.filter(node__in=queryset).values_list("pk", flat=True))
+        changed = gpus_set_shared(gpu_ids=ids, shared=False, by=request.user.get_username())
+        messages.info(request, f"{changed} GPU(s) now take whole-GPU jobs only.")
+
 
 @admin.register(Gpu)
 class GpuAdmin(admin.ModelAdmin):
-    list_display = ["__str__", "uuid", "model", "health", "present"]
-    list_filter = ["health", "present", "node"]
+    list_display = ["__str__", "uuid", "model", "health", "present", "shared", "max_clients"]
+    list_filter = ["health", "present", "shared", "node"]
     search_fields = ["uuid", "node__name"]
+    actions = ["share", "unshare"]
+
+    @admin.action(description="Share (shares of a GPU under MPS only)")
+    def share(self, request: HttpRequest, queryset: QuerySet[Gpu]) -> None:
+        ids = list(queryset.values_list("pk", flat=True))
+        changed = gpus_set_shared(gpu_ids=ids, shared=True, by=request.user.get_username())
+        messages.info(request, f"{changed} GPU(s) now take shares only.")
+
+    @admin.action(description="Stop sharing (whole-GPU jobs only)")
+    def unshare(self, request: HttpRequest, queryset: QuerySet[Gpu]) -> None:
+        ids = list(queryset.values_list("pk", flat=True))
+        changed = gpus_set_shared(gpu_ids=ids, shared=False, by=request.user.get_username())
+        messages.info(request, f"{changed} GPU(s) now take whole-GPU jobs only.")

@@ -28,6 +28,9 @@ class Node(models.Model):
     registered_at = models.DateTimeField(null=True, blank=True)
     agent_version = models.CharField(max_length=50, blank=True)
     token_hash = models.CharField(max_length=64, blank=True, db_index=True, editable=False)
+    share_new_gpus = models.BooleanField(
+        default=False, help_text="GPUs this node registers for the first time take shares under MPS (issue #17)."
+    )
 
     class Meta:
         ordering = ["name"]
@@ -60,6 +63,10 @@ class Gpu(models.Model):
     health = models.CharField(max_length=16, choices=GpuHealth.choices, default=GpuHealth.HEALTHY)
     health_detail = models.CharField(max_length=255, blank=True)
     present = models.BooleanField(default=True, help_text="False once the agent stops reporting this GPU.")
+    # Space-sharing under MPS (issue #17), set by an admin: a shared GPU takes shares of jobs asking for part of a
+    # GPU, up to ``max_clients`` at once, and never a whole-GPU job.
+    shared = models.BooleanField(default=False, help_text="Accepts shares (jobs asking for part of a GPU) under MPS.")
+    max_clients = models.PositiveSmallIntegerField(default=48, help_text="Most shares at once (MPS: 48 on Volta+).")
 
     class Meta:
         ordering = ["node__name", "index"]
@@ -70,6 +77,9 @@ class Gpu(models.Model):
             ),
             models.CheckConstraint(
                 condition=Q(health__in=GpuHealth.values), name="%(app_label)s_%(class)s_health_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(max_clients__gte=1, max_clients__lte=48), name="%(app_label)s_%(class)s_max_clients_range"
             ),
         ]
 

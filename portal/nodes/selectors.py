@@ -29,6 +29,14 @@ def cluster_has_gpus(count: int) -> bool:
     return count <= 0 or Gpu.objects.filter(present=True).order_by()[count - 1 : count].exists()
 
 
+def largest_shared_gpu_bytes() -> int | None:
+    """The memory of the largest present GPU that accepts shares (issue #17), in bytes; None when no GPU does. What
+    a share's memory limit is checked against at submit. One query."""
+    mb = Gpu.objects.filter(present=True, shared=True).order_by("-memory_mb").values_list("memory_mb", flat=True)
+    first = mb.first()
+    return None if first is None else first * (1 << 20)
+
+
 def stopping_gpu_ids() -> set[int]:
     """GPUs held by attempts that are over (their processes are stopping, or their node is fenced). One query."""
     return set(stopping_allocations().values_list("gpu_id", flat=True))
@@ -81,12 +89,16 @@ def node_list() -> NodeList:
 
 @dataclass(frozen=True, slots=True)
 class GpuInventoryRow:
-    """A present GPU as the scheduler sees it: its id, node, NVML index and health."""
+    """A present GPU as the scheduler sees it: its id, node, NVML index and health, and whether it is shared
+    (issue #17: then it takes shares only, never a whole-GPU job), with its memory and client limit."""
 
     gpu_id: int
     node_id: int
     index: int
     health: str
+    shared: bool = False
+    memory_mb: int = 0
+    max_clients: int = 48
 
 
 def nodes_not_down() -> list[Node]:
@@ -97,8 +109,8 @@ def nodes_not_down() -> list[Node]:
 def gpus_present_on(*, nodes: list[Node]) -> list[GpuInventoryRow]:
     """The present GPUs of ``nodes``, whatever their health. One query."""
     return [
-        GpuInventoryRow(gpu_id=g, node_id=n, index=i, health=h)
-        for g, n, i, h in Gpu.objects.filter(present=True, node__in=nodes).values_list(
-            "id", "node_id", "index", "health"
+        GpuInventoryRow(gpu_id=g, node_id=n, index=i, health=h, shared=s, memory_mb=m, max_clients=c)
+        for g, n, i, h, s, m, c in Gpu.objects.filter(present=True, node__in=nodes).values_list(
+            "id", "node_id", "index", "health", "shared", "memory_mb", "max_clients"
         )
     ]

@@ -8,6 +8,7 @@ from typing import Any
 from rest_framework import serializers
 
 from portal.api.serializers import BIGINT_MAX, INT_MAX
+from portal.jobs.models import WorkloadClass
 from portal.nodes.models import Gpu, Node
 
 
@@ -17,7 +18,18 @@ class GpuSerializer(serializers.ModelSerializer[Gpu]):
 
     class Meta:
         model = Gpu
-        fields = ["index", "uuid", "model", "memory_mb", "health", "health_detail", "state", "job"]
+        fields = [
+            "index",
+            "uuid",
+            "model",
+            "memory_mb",
+            "health",
+            "health_detail",
+            "state",
+            "job",
+            "shared",
+            "max_clients",
+        ]
 
     def get_job(self, gpu: Gpu) -> int | None:
         busy: dict[int, int] = self.context.get("busy", {})  # GPU id -> job id, from NodeViewSet
@@ -90,6 +102,25 @@ class RegisterSerializer(serializers.Serializer[dict[str, Any]]):
     )
 
 
+class EvictionSerializer(serializers.Serializer[dict[str, Any]]):
+    """The agent evicted this offline share to protect online work on its GPU (issue #17): requeue, never fail."""
+
+    gpu = serializers.IntegerField(min_value=0, max_value=INT_MAX)
+    reason = serializers.CharField(max_length=500, allow_blank=True, required=False, default="")
+    cause = serializers.CharField(max_length=500, allow_blank=True, required=False, default="")
+
+
+class MpsFaultSerializer(serializers.Serializer[dict[str, Any]]):
+    """The MPS server of this share's GPU faulted while it was a client (issue #17)."""
+
+    gpu = serializers.IntegerField(min_value=0, max_value=INT_MAX)
+    detail = serializers.CharField(max_length=2000, allow_blank=True, required=False, default="")
+    action = serializers.ChoiceField(choices=["restart", "requeue"], required=False, default="requeue")
+    faults = serializers.IntegerField(min_value=0, max_value=INT_MAX, required=False, default=1)
+    suspect = serializers.BooleanField(required=False, default=False)
+    suspect_faults = serializers.IntegerField(min_value=0, max_value=INT_MAX, required=False, default=0)
+
+
 class TaskReportSerializer(serializers.Serializer[dict[str, Any]]):
     job = serializers.IntegerField(min_value=1, max_value=BIGINT_MAX)
     attempt = serializers.IntegerField(min_value=0, max_value=INT_MAX)
@@ -107,6 +138,8 @@ class TaskReportSerializer(serializers.Serializer[dict[str, Any]]):
     )
     log_end = serializers.IntegerField(min_value=0, max_value=BIGINT_MAX, allow_null=True, required=False, default=None)
     log_size = serializers.IntegerField(min_value=0, max_value=BIGINT_MAX, required=False, default=0)
+    eviction = EvictionSerializer(required=False, allow_null=True, default=None)
+    mps_fault = MpsFaultSerializer(required=False, allow_null=True, default=None)
 
 
 class HeartbeatSerializer(serializers.Serializer[dict[str, Any]]):
@@ -142,6 +175,13 @@ class SignalOrderSerializer(TaskOrderSerializer):
     signal = serializers.CharField(help_text="A signal name, to send once: SIGUSR1 asks the job to checkpoint.")
 
 
+class ShareOrderSerializer(serializers.Serializer[dict[str, Any]]):
+    compute_percent = serializers.IntegerField(help_text="CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, 1 to 100.")
+    memory_limit_bytes = serializers.IntegerField(required=False, help_text="CUDA_MPS_PINNED_DEVICE_MEM_LIMIT, bytes.")
+    workload_class = serializers.ChoiceField(choices=WorkloadClass.choices)
+    latency_slo_ms = serializers.IntegerField(required=False, help_text="An online share's p99 target (ms).")
+
+
 class StartOrderSerializer(serializers.Serializer[dict[str, Any]]):
     job = serializers.IntegerField()
     attempt = serializers.IntegerField()
@@ -150,6 +190,9 @@ class StartOrderSerializer(serializers.Serializer[dict[str, Any]]):
     gpus = serializers.ListField(child=serializers.IntegerField(), help_text="Indices of the node's GPUs to use.")
     env = serializers.DictField(
         child=serializers.CharField(), help_text="The task's environment, complete (CUDA_VISIBLE_DEVICES, RANK, ...)."
+    )
+    share = ShareOrderSerializer(
+        required=False, help_text="Present only for a share of its one GPU, run under MPS (issue #17)."
     )
 
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
@@ -23,6 +24,8 @@ from portal.jobs.ledger import release_lost_tasks_gpus, release_task_gpus
 from portal.jobs.logs import task_log_receive
 from portal.jobs.models import Job, JobTask, TaskState
 from portal.jobs.services import job_requeue, job_task_exited
+from portal.jobs.share_selectors import share_order
+from portal.jobs.share_services import job_share_evicted, job_share_mps_fault
 from portal.nodes.models import Gpu, Node, NodeState
 from portal.rounds import request_round
 from scheduling.core.states import JobState
@@ -74,6 +77,8 @@ class TaskReport:
     log: str = ""
     log_end: int | None = None  # byte offset in the agent's file where ``log`` ends
     log_size: int = 0
+    eviction: Mapping[str, Any] | None = None  # issue #17: the agent evicted this share, or its MPS server faulted
+    mps_fault: Mapping[str, Any] | None = None
 
     @property
     def key(self) -> tuple[int, int, int]:
@@ -170,6 +175,14 @@ def node_register(
                 "memory_mb": max(0, report.memory_mb),
                 "present": True,
             },
+            create_defaults={  # a GPU seen for the first time: shared when an admin said so for its node (#17)
+                "node": node,
+                "index": report.index,
+                "model": report.model[:100],
+                "memory_mb": max(0, report.memory_mb),
+                "present": True,
+                "shared": node.share_new_gpus,
+            },
         )
     stale = JobTask.objects.filter(node=node, state__in=LIVE_TASK_STATES).order_by("job_id")
     _lose_tasks(list(stale), actor=f"agent:{node.name}", reason=f"agent on {node.name} restarted", confirmed_gone=clean)
@@ -216,6 +229,14 @@ def _apply_report(node: Node, task: JobTask | None, report: TaskReport, reply: H
     end = report.log_end if report.log_end is not None else report.log_offset + len(report.log.encode())
     reply.log_offsets[key] = task_log_receive(task=task, offset=report.log_offset, text=report.log, end=end)
     finished_here = task.state in (TaskState.EXITED, TaskState.LOST)
+    if (report.eviction or report.mps_fault) and task.attempt == task.job.attempt:
+        # A share (issue #17) the agent evicted, or whose MPS server faulted: requeued, never failed; an exit
+        # that comes with it then only frees the GPU. Later reports of the same attempt change nothing.
+        if report.eviction:
+            requeued = job_share_evicted(job=task.job, eviction=report.eviction, actor=actor)
+        else:
+            requeued = job_share_mps_fault(job=task.job, fault=report.mps_fault or {}, actor=actor)
+        task.kill_requested = task.kill_requested or requeued
     if report.state == "running":
         if finished_here:  # a stale duplicate: the portal already counts it gone, so no grace
             reply.kill.append({"job": report.job, "attempt": report.attempt, "grace_seconds": 0})
@@ -296,7 +317,7 @@ def node_heartbeat(*, node: Node, reports: Sequence[TaskReport]) -> HeartbeatRep
 def _start_order(task: JobTask) -> dict[str, object]:
     job = task.job
     gang = list(JobTask.objects.filter(job=job, attempt=task.attempt).select_related("node").order_by("rank"))
-    return {
+    order: dict[str, object] = {
         "job": job.pk,
         "attempt": task.attempt,
         "rank": task.rank,
@@ -304,6 +325,10 @@ def _start_order(task: JobTask) -> dict[str, object]:
         "gpus": list(task.gpu_indices),
         "env": task_env(task, job, master=gang[0].node, nnodes=len(gang)),
     }
+    share = share_order(job=job, attempt=task.attempt)  # a share of one GPU under MPS (issue #17)
+    if share is not None:
+        order["share"] = share
+    return order
 
 
 @transaction.atomic

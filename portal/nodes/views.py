@@ -12,6 +12,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from portal.jobs.selectors import cordon_rule
+from portal.jobs.share_selectors import node_shared_gpus
 from portal.nodes.models import Node
 from portal.nodes.selectors import fenced_gpu_counts, node_list
 from portal.nodes.services import node_release_fenced
@@ -44,6 +45,7 @@ def node_detail_view(request: HttpRequest, name: str) -> HttpResponse:
         "node": page.node,
         "cordon_rule": cordon_rule(),
         "fenced": fenced_gpu_counts(node=page.node)[page.node.pk],
+        "shared_gpus": node_shared_gpus(node_id=page.node.pk),  # issue #17: each shared GPU's shares
     }
     if is_htmx(request):
         return render(request, "nodes/partials/_gpu_panel.html", context)

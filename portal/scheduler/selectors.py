@@ -7,6 +7,7 @@ sees a model instance.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -14,6 +15,7 @@ from datetime import datetime
 
 from portal.jobs.array_selectors import array_tasks_held_back
 from portal.jobs.selectors import jobs_awaiting_previous_attempt, stopping_holds
+from portal.jobs.share_selectors import gpu_use_by_user
 from portal.nodes.models import GpuHealth, Node, NodeState
 from portal.nodes.selectors import gpu_holders, gpus_present_on, nodes_not_down
 from portal.scheduler.job_views import active_job_views
@@ -55,13 +57,13 @@ def build_snapshot(*, now: datetime, fair_share: bool = False) -> LiveSnapshot:
     totals: dict[int, int] = defaultdict(int)
     gpu_index: dict[int, int] = {}
     for gpu in gpus_present_on(nodes=nodes):
-        totals[gpu.node_id] += 1
+        totals[gpu.node_id] += not gpu.shared
         gpu_index[gpu.gpu_id] = gpu.index
         if gpu.health == GpuHealth.CORDONED:
             cordoned[gpu.node_id].append(gpu.gpu_id)
         elif gpu.health != GpuHealth.HEALTHY:
             continue
-        if gpu.gpu_id not in taken:
+        if gpu.gpu_id not in taken and not gpu.shared:  # a shared GPU takes shares only (portal.scheduler.shares)
             free[gpu.node_id].append(gpu.gpu_id)
     node_views = tuple(
         NodeView(
@@ -84,7 +86,12 @@ def build_snapshot(*, now: datetime, fair_share: bool = False) -> LiveSnapshot:
             jobs=job_views,
             tenants=tenant_limits(),
             usage=usage_history(now=now) if fair_share else None,
-            held=tuple(HeldGpus(h.tenant, h.user, h.gpus) for h in holds),
+            held=(
+                *(HeldGpus(h.tenant, h.user, h.gpus) for h in holds),
+                # Shares (issue #17) count against whole-GPU jobs' caps as their fractions summed, rounded up: the
+                # core counts whole GPUs. The share round counts them exactly (portal.scheduler.shares).
+                *(HeldGpus(t, u, math.ceil(n - 1e-9)) for (t, u), n in gpu_use_by_user(shares_only=True).items()),
+            ),
         ),
         nodes_by_name={n.name: n for n in nodes},
         gpu_index=gpu_index,

@@ -31,11 +31,12 @@ from portal.scheduler.apply import apply_decision
 from portal.scheduler.models import SchedulerRound
 from portal.scheduler.policy_cache import live_policy
 from portal.scheduler.selectors import build_snapshot
+from portal.scheduler.shares import share_round
 from scheduling.core import decide
 from scheduling.core.duration_predict import DurationPredictor
 from scheduling.core.engine import needs_preemptive_walk
-from scheduling.core.forecast import StartOutlook, forecast_starts, round_budget
-from scheduling.core.model import JobId, JobState, JobView
+from scheduling.core.forecast import StartOutlook, forecast_starts, remaining_run_time, round_budget
+from scheduling.core.model import JobId
 from scheduling.core.placement import resolve_placement
 from scheduling.core.policies import Qssf
 
@@ -68,17 +69,20 @@ def scheduling_round() -> LiveRoundResult | None:
         placement = resolve_placement(settings.CORRAL_PLACEMENT, short_limit=settings.CORRAL_CORDON_MAX_TIME_LIMIT)
         decision = decide(live.snapshot, now=now.timestamp(), policy=policy, placement=placement)
         applied = apply_decision(decision, live)
+        # Shares of shared GPUs (issue #17), after the whole-GPU decision: its starts count against the caps.
+        shares_started = share_round(live=live, now=now.timestamp())
         duration_ms = (time.perf_counter() - began) * 1000
         SchedulerRound.objects.create(
             duration_ms=duration_ms,
             policy=settings.CORRAL_POLICY,
             pending=applied.waiting,
-            started=applied.started,
+            started=applied.started + shares_started,
             preempted=applied.preempted,
         )
-    if applied.started or applied.preempted or timed_out:
+    if applied.started or applied.preempted or timed_out or shares_started:
         mark_forecast_stale()
-    return LiveRoundResult(applied.started, applied.preempted, applied.waiting, duration_ms, len(timed_out))
+    started = applied.started + shares_started
+    return LiveRoundResult(started, applied.preempted, applied.waiting, duration_ms, len(timed_out))
 
 
 def round_is_due(*, now: datetime) -> bool:
@@ -119,29 +123,6 @@ class ForecastResult:
     pending: int
     estimated: int  # pending jobs given a start time
     duration_ms: float
-
-
-def remaining_run_time(job: JobView, *, now: float, predictor: DurationPredictor) -> float | None:
-    """Seconds ``job`` is expected to keep its GPUs from ``now`` (running) or from its next start (pending).
-
-    Two sources, as a user would reason: the time limit (the job is stopped then, whatever happens) and the mean
-    run time of similar finished jobs (Helios's groups: same user, name and GPU count, with fallbacks). The
-    nearer of the two wins. A job that has already outlived the history's estimate and has no limit is expected
-    to run as long again: deep-learning run times are heavy-tailed, so a job that ran long tends to run longer.
-    None: no limit and no history at all.
-    """
-    attempt_elapsed = now - job.last_started if job.state == JobState.RUNNING and job.last_started else 0.0
-    limit_left = None if job.time_limit is None else max(0.0, job.time_limit - attempt_elapsed)
-    executed = job.executed_at(now)
-    predicted = predictor.predict(job, as_of=now)
-    if predicted is not None and predicted > executed:
-        left = predicted - executed
-        return left if limit_left is None else min(left, limit_left)
-    if limit_left is not None:
-        return limit_left
-    if predicted is not None:
-        return max(executed, 60.0)
-    return None
 
 
 def _history() -> DurationPredictor:

@@ -57,7 +57,9 @@ def tenant_usage(*, now: datetime, half_life: float) -> dict[str, float]:
     now_ts = now.timestamp()
     end = Least(Coalesce(EpochSeconds(F("released_at")), Value(now_ts)), Value(now_ts))
     start = Least(EpochSeconds(F("created_at")), Value(now_ts))
-    weight = _decayed(end, now_ts, k) - _decayed(start, now_ts, k)
+    # A share of a GPU (issue #17) counts as its fraction of the GPU-seconds it held; a whole GPU as 1.
+    part = Coalesce(F("job__gpu_fraction"), Value(1.0), output_field=FloatField())
+    weight = (_decayed(end, now_ts, k) - _decayed(start, now_ts, k)) * part
     forgotten = now - timedelta(seconds=half_life * USAGE_MEMORY_HALF_LIVES)
     rows = (
         Allocation.objects.filter(Q(released_at__isnull=True) | Q(released_at__gt=forgotten), created_at__lt=now)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from itertools import count, islice
 
+from scheduling.core.duration_predict import DurationPredictor
 from scheduling.core.engine import needs_preemptive_walk, run_round
 from scheduling.core.fairshare import UsageMeter
 from scheduling.core.model import JobId, JobState, JobView, Snapshot
@@ -49,6 +50,30 @@ def round_budget(jobs: int, *, preemptive: bool, work: int = DEFAULT_WORK) -> in
     if not preemptive:
         return DEFAULT_MAX_ROUNDS
     return max(100, min(DEFAULT_MAX_ROUNDS, work // max(1, jobs)))
+
+
+def remaining_run_time(job: JobView, *, now: float, predictor: DurationPredictor) -> float | None:
+    """Seconds ``job`` is expected to keep its GPUs from ``now`` (running) or from its next start (pending): the
+    forecast's ``remaining``, as the live loop and the accuracy benchmark (``bench/start_estimates.py``) both give it.
+
+    Two sources, as a user would reason: the time limit (the job is stopped then, whatever happens) and the mean
+    run time of similar finished jobs (Helios's groups: same user, name and GPU count, with fallbacks). The
+    nearer of the two wins. A job that has already outlived the history's estimate and has no limit is expected
+    to run as long again: deep-learning run times are heavy-tailed, so a job that ran long tends to run longer.
+    None: no limit and no history at all.
+    """
+    attempt_elapsed = now - job.last_started if job.state == JobState.RUNNING and job.last_started else 0.0
+    limit_left = None if job.time_limit is None else max(0.0, job.time_limit - attempt_elapsed)
+    executed = job.executed_at(now)
+    predicted = predictor.predict(job, as_of=now)
+    if predicted is not None and predicted > executed:
+        left = predicted - executed
+        return left if limit_left is None else min(left, limit_left)
+    if limit_left is not None:
+        return limit_left
+    if predicted is not None:
+        return max(executed, 60.0)
+    return None
 
 
 class StartOutlook(StrEnum):

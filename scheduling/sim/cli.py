@@ -34,6 +34,17 @@ class PlacementName(StrEnum):
     TOPOLOGY = "topology"
 
 
+class Sharing(StrEnum):
+    ON = "on"
+    OFF = "off"
+
+
+class SharePlacerName(StrEnum):
+    FIRST_FIT = "first-fit"
+    BEST_FIT = "best-fit"
+    MATCHING = "matching"
+
+
 def register(app: typer.Typer) -> None:
     """Add the ``simulate`` command to the ``corral`` app."""
     app.command("simulate")(simulate_command)
@@ -78,6 +89,46 @@ def simulate_command(
     ] = "0",
     as_json: Annotated[bool, typer.Option("--json", help="Print the stable JSON summary.")] = False,
     report: Annotated[Path | None, typer.Option("--report", help="Write a self-contained HTML report here.")] = None,
+    sharing: Annotated[
+        Sharing,
+        typer.Option(
+            "--sharing",
+            help="on: replay the trace's single-GPU tasks with GPU shares (gpu_milli column; vc LS/online is "
+            "online work) against a whole-GPU baseline, first come first served (--policy is not used).",
+        ),
+    ] = Sharing.OFF,
+    share_placer: Annotated[
+        list[SharePlacerName] | None,
+        typer.Option("--share-placer", help="Where shares go with --sharing on; repeat it (default: all three)."),
+    ] = None,
+    loan_pool: Annotated[
+        int,
+        typer.Option(
+            "--loan-pool",
+            min=0,
+            help="Servers of a loanable inference pool lent to training while idle (docs/elastic.md); compares "
+            "against the same fleet without loaning or elastic jobs.",
+        ),
+    ] = 0,
+    loan_gpus_per_node: Annotated[int, typer.Option("--loan-gpus-per-node", min=1, help="GPUs per pool server.")] = 8,
+    loan_demand: Annotated[
+        Path | None,
+        typer.Option(
+            "--loan-demand",
+            help="CSV of the pool's busy servers per minute (minute,busy); default: a diurnal curve.",
+            exists=True,
+            dir_okay=False,
+            readable=True,
+        ),
+    ] = None,
+    reclaim_deadline: Annotated[
+        float, typer.Option("--reclaim-deadline", min=0, help="Seconds a reclaim gives to empty its servers.")
+    ] = 60.0,
+    elastic_share: Annotated[
+        float,
+        typer.Option("--elastic-share", min=0, max=1, help="Share of jobs that may grow to --elastic-factor x size."),
+    ] = 0.0,
+    elastic_factor: Annotated[int, typer.Option("--elastic-factor", min=1, help="Elastic jobs' max / min.")] = 4,
 ) -> None:
     """Replay a job trace through the scheduling core under each policy and compare JCT, queueing and usage."""
     from scheduling.core.policies import POLICIES
@@ -86,6 +137,14 @@ def simulate_command(
     from scheduling.sim.trace import TraceError, read_trace
 
     names = _policy_names(policy, list(POLICIES))
+    if sharing == Sharing.ON:
+        from scheduling.sim.share_cli import run_sharing
+
+        shared = _cluster_and_quotas(setup, _setup_json(setup), nodes, gpus_per_node, racks).cluster
+        assert shared is not None  # _cluster_and_quotas refuses a setup without one
+        placers = [p.value for p in dict.fromkeys(share_placer or list(SharePlacerName))]
+        run_sharing(trace, shared, placers, as_json=as_json)
+        return
     try:
         overhead = PreemptionCost.parse(preemption_overhead)
     except ValueError:
@@ -99,6 +158,17 @@ def simulate_command(
     loaded = _cluster_and_quotas(setup, stored, nodes, gpus_per_node, racks)
     cluster, tenants = loaded.cluster, loaded.tenants
     assert cluster is not None  # _cluster_and_quotas refuses a setup without one
+    if loan_pool or elastic_share or any(j.max_gpus is not None for j in jobs):
+        if report is not None or tenants:
+            _refuse("--report and --setup quotas are not available with loaning or elastic jobs")
+        from scheduling.sim.elastic_cli import run_elastic
+
+        run_elastic(
+            jobs, names, cluster, placement=placement.value, servers=loan_pool, server_gpus=loan_gpus_per_node,
+            demand_file=loan_demand, deadline=reclaim_deadline, share=elastic_share, factor=elastic_factor,
+            as_json=as_json,
+        )  # fmt: skip
+        return
     half_life = loaded.usage_half_life
     if fair_share_half_life is not None:
         if not 0 <= fair_share_half_life <= MAX_HALF_LIFE_HOURS:  # also refuses nan and inf

@@ -30,6 +30,9 @@ class TraceJob:
     #: Seconds the job spent without GPUs in the cluster it came from (None when the source does not say). The
     #: simulator ignores it; it is carried so that a trace exported from a portal can be compared with its replay.
     queue_delay: float | None = None
+    #: The most GPUs an elastic job may grow to (the optional ``max_gpus`` column; None: not elastic). Only the
+    #: elastic replay (:mod:`scheduling.sim.elastic_sim`) reads it.
+    max_gpus: int | None = None
 
 
 class TraceError(ValueError):
@@ -60,7 +63,7 @@ def parse_trace(lines: Iterable[str] | io.TextIOBase, *, source: str = "<trace>"
 def _rows(reader: csv.DictReader[str], source: str) -> Iterator[TraceJob]:
     for line, row in enumerate(reader, start=2):
         try:
-            yield TraceJob(
+            job = TraceJob(
                 job_id=row["job_id"],
                 submit_time=float(row["submit_time"]),
                 duration=float(row["duration"]),
@@ -71,9 +74,13 @@ def _rows(reader: csv.DictReader[str], source: str) -> Iterator[TraceJob]:
                 model=row.get("model_name") or "",
                 name=row.get("job_name") or row.get("name") or "",
                 queue_delay=float(row["queue_delay"]) if row.get("queue_delay") else None,
+                max_gpus=int(float(row["max_gpus"])) if row.get("max_gpus") else None,
             )
         except (TypeError, ValueError) as exc:
             raise TraceError(f"{source}:{line}: {exc}") from None
+        if job.max_gpus is not None and job.max_gpus < job.gpus:
+            raise TraceError(f"{source}:{line}: max_gpus ({job.max_gpus}) is below num_gpus ({job.gpus})")
+        yield job
 
 
 #: Columns :func:`trace_lines` writes: the shared schema's, then the two optional name columns.

@@ -94,6 +94,9 @@ def test_member_pages_fit_a_390px_phone(page: Any, corral_stack: Stack, live_api
     table = page.locator("[data-testid=job-table]")
     assert table.evaluate("t => t.scrollWidth > t.clientWidth"), "the job table fits 390px: nothing proves it scrolls"
     assert table.evaluate("t => getComputedStyle(t).overflowX") == "auto"
+    # Inside the scrolling table "Where / why" keeps a readable width: squeezed, it folded a wait reason into a
+    # word a line and each waiting job's row was 400 px tall.
+    assert min(table.locator("td.why").evaluate_all("cells => cells.map(c => c.offsetWidth)")) >= 200
 
     # Each page reached through the menu and links, as a thumb would.
     page.locator("[data-testid=job-table]").get_by_role("link", name=str(job_id), exact=True).click()

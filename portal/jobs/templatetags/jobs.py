@@ -6,6 +6,7 @@ from django import template
 from django.utils import timezone
 
 from portal.jobs.models import Job
+from portal.jobs.outcome import job_finish_reason
 from portal.jobs.selectors import job_start_estimate
 
 register = template.Library()
@@ -17,3 +18,9 @@ def start_brief(job: Job) -> str:
     job is not pending or its forecast gives no time (the job page says why)."""
     estimate = job_start_estimate(job=job, now=timezone.now())
     return estimate.brief if estimate is not None else ""
+
+
+@register.filter
+def finish_reason(job: Job) -> str:
+    """Why a finished job ended ("time limit of 20s exceeded", "cancelled by alice"): ``portal.jobs.outcome``."""
+    return job_finish_reason(job)

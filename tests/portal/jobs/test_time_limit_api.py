@@ -1,5 +1,5 @@
-"""``time_limit`` over REST: integer seconds in, shown on every job, refused with a field message, documented.
-Ref: #4"""
+"""``time_limit`` over REST: integer seconds or a duration ("2h", as the form and the CLI take it) in, shown on every
+job, refused with a field message, documented. Ref: #4, #18 (item 8)"""
 
 from __future__ import annotations
 
@@ -29,9 +29,16 @@ def test_submit_with_a_time_limit_and_read_it_back(api: APIClient, world: World)
         (0, "at least 1 second"),
         (-5, "at least 1 second"),
         (2_592_001, "at most 30 days"),
-        ("2h", "whole number of seconds"),
+        ("two hours", "whole number of seconds or a duration like 2h"),
+        ("2h 1d", "whole number of seconds or a duration like 2h"),
+        ("", "whole number of seconds or a duration like 2h"),
+        ("0m", "at least 1 second"),
+        ("31d", "at most 30 days"),
+        ("9" * 41, "whole number of seconds or a duration like 2h"),
+        (True, "whole number of seconds"),
         (1.5, "whole number of seconds"),
         ([60], "whole number of seconds"),
+        ({"h": 2}, "whole number of seconds"),
     ],
 )
 def test_a_bad_time_limit_is_a_400_on_its_field(api: APIClient, world: World, time_limit: object, words: str) -> None:
@@ -42,11 +49,23 @@ def test_a_bad_time_limit_is_a_400_on_its_field(api: APIClient, world: World, ti
     assert not Job.objects.exists()
 
 
+@pytest.mark.parametrize(
+    ("typed", "seconds"), [("2h", 7200), ("90m", 5400), ("1d 12h", 129_600), ("3600", 3600), (600.0, 600)]
+)
+def test_a_duration_means_what_it_means_in_the_form_and_the_cli(
+    api: APIClient, world: World, typed: object, seconds: int
+) -> None:
+    response = api.post("/api/v1/jobs/", {"command": "train", "gpus": 1, "time_limit": typed}, format="json")
+    assert response.status_code == 201, response.content
+    assert response.json()["time_limit"] == seconds == Job.objects.get().time_limit
+
+
 def test_the_schema_documents_the_field(api: APIClient) -> None:
     schema = api.get("/api/v1/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json").json()
     submit = schema["components"]["schemas"]["JobSubmitRequest"]["properties"]["time_limit"]
-    assert submit["type"] == "integer" and submit["nullable"] is True
-    assert (submit["minimum"], submit["maximum"]) == (1, 2_592_000)
-    assert "Seconds each attempt may run" in submit["description"]
+    number, text = submit["oneOf"]
+    assert number["type"] == "integer" and text["type"] == "string" and submit["nullable"] is True
+    assert (number["minimum"], number["maximum"]) == (1, 2_592_000)
+    assert '"2h"' in submit["description"] and "whole seconds" in submit["description"]
     shown = schema["components"]["schemas"]["Job"]["properties"]["time_limit"]
     assert shown["readOnly"] is True and "no limit" in shown["description"]

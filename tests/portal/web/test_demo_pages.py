@@ -80,3 +80,12 @@ def test_the_demo_answers_an_unknown_address_with_the_sites_404(demo_web: str) -
         icon = http.get("/favicon.ico", follow_redirects=True)
         assert icon.status_code == 200 and icon.history[0].status_code == 301
         assert icon.content[:4] == b"\x00\x00\x01\x00"
+
+
+def test_the_demo_on_another_port_links_to_itself(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ref: #18: with CORRAL_PORT=8731 a notification's link still read http://127.0.0.1:8000/jobs/4/."""
+    run_dev = _run_dev(monkeypatch)
+    monkeypatch.delenv("CORRAL_PUBLIC_URL", raising=False)
+    assert run_dev.child_env(port=8731)["CORRAL_PUBLIC_URL"] == "http://127.0.0.1:8731"
+    monkeypatch.setenv("CORRAL_PUBLIC_URL", "https://corral.example.org")  # the caller's wins
+    assert run_dev.child_env(port=8731)["CORRAL_PUBLIC_URL"] == "https://corral.example.org"

@@ -9,6 +9,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
+from portal.nodes.models import Gpu, Node
 from portal.nodes.services import node_for_token, node_token_issue
 from portal.tenants.models import Membership, Quota, Role, Tenant
 
@@ -22,6 +23,10 @@ DEMO_USERS = [
     ("demo", "demo", "demo", Role.MEMBER),
     ("alice", "alice", "vision", Role.ADMIN),
 ]
+
+
+#: The demo node whose GPUs are shared (the agent's --fake-gpus runs shares under simulated MPS).
+SHARED_DEMO_NODE = "local-2"
 
 
 class Command(BaseCommand):
@@ -63,6 +68,11 @@ class Command(BaseCommand):
             _, token = node_token_issue(name=node_name)
             path.write_text(token + "\n")
             path.chmod(0o600)
+        # GPU shares (issue #17): the second demo node's GPUs take shares under (simulated) MPS, so `make run` can
+        # run `corral submit --gpus 0.25`; the first keeps whole GPUs. Its GPUs register later, with the node's default.
+        if SHARED_DEMO_NODE in nodes:
+            Node.objects.filter(name=SHARED_DEMO_NODE).update(share_new_gpus=True)
+            Gpu.objects.filter(node__name=SHARED_DEMO_NODE).update(shared=True)
         self.stdout.write(
             self.style.SUCCESS(
                 "Demo ready: log in as demo/demo (member of 'demo'), alice/alice (admin of 'vision'), "

@@ -1,0 +1,195 @@
+"""The share round (issue #17): place pending shares on shared GPUs, after the whole-GPU decision, in the same
+transaction and under the same lease.
+
+Shares never enter ``decide``'s snapshot and shared GPUs are never among its free GPUs, so the two kinds of work
+never meet on a GPU. This module reads the shared GPUs and their clients through the jobs and nodes selectors,
+turns them into the core's frozen values (:mod:`scheduling.core.sharing`), runs the placer named by
+``CORRAL_SHARE_PLACER`` (:mod:`scheduling.core.share_placement`: matching by default), and writes the starts and
+every waiting share's reason through the jobs' share services.
+
+Caps count a share as its fraction: a tenant with a cap of 2 GPUs runs eight 0.25 shares, or one whole GPU and
+four. Shares that a cap holds back, culprits of MPS faults, and a previous attempt still stopping are left out
+before placement; the rest go to the placer in queue order. The online client's measured load is not read yet
+(None: it counts as its whole share), so offline work next to online work gets only what the slowdown budget
+and the online share leave.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+
+from django.conf import settings
+
+from portal.jobs.share_selectors import PendingShare, gpu_use_by_user, pending_shares, share_holds, whole_gpu_holders
+from portal.jobs.share_services import ShareWait, gib, job_start_share, jobs_set_share_wait_reasons
+from portal.nodes.models import GpuHealth, Node, NodeState
+from portal.nodes.selectors import GpuInventoryRow, gpus_present_on
+from portal.scheduler.selectors import LiveSnapshot
+from scheduling.core.model import TenantLimits
+from scheduling.core.share_placement import resolve_placer
+from scheduling.core.sharing import (
+    DEFAULT_POLICY,
+    MIB,
+    ShareDemand,
+    SharedGpu,
+    SharedGpuState,
+    ShareRefusal,
+    ShareTenant,
+    WorkloadClass,
+    why_not,
+)
+
+ACTOR = "scheduler"
+_EPS = 1e-9
+#: Waiting shares whose reason names the refusals GPU by GPU (the rest of a long queue hear the short reason).
+DETAILED_REASONS = 200
+
+_REFUSAL_WORDS = {
+    ShareRefusal.SHARING_OFF: "not shared",
+    ShareRefusal.WHOLE_GPU_HELD: "held by a whole-GPU job",
+    ShareRefusal.TOO_MANY_CLIENTS: "at their client limit",
+    ShareRefusal.NO_MEMORY: "short of memory",
+    ShareRefusal.ONLINE_TAKEN: "already running an online share",
+    ShareRefusal.NO_GUARANTEED_COMPUTE: "short of guaranteed compute",
+    ShareRefusal.NO_COMPUTE: "short of compute",
+    ShareRefusal.ONLINE_PROTECTED: "protecting their online share",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class _Slot:
+    """What the applier needs about a shared GPU the placer saw."""
+
+    row: GpuInventoryRow
+    node: Node
+
+
+def _shared_gpus(live: LiveSnapshot) -> tuple[list[SharedGpuState], list[_Slot]]:
+    """The shared GPUs that may take a new share now (healthy, on a node that is up), with their clients."""
+    nodes = {n.pk: n for n in live.nodes_by_name.values()}
+    holds = defaultdict(list)
+    for hold in share_holds():
+        holds[hold.gpu_id].append(hold)
+    whole = whole_gpu_holders()
+    states: list[SharedGpuState] = []
+    slots: list[_Slot] = []
+    for row in gpus_present_on(nodes=list(nodes.values())):
+        node = nodes[row.node_id]
+        if not row.shared or row.health != GpuHealth.HEALTHY or node.state != NodeState.UP:
+            continue
+        try:
+            gpu = SharedGpu(
+                node=node.name, gpu=row.gpu_id, memory_bytes=row.memory_mb * MIB, max_clients=row.max_clients
+            )
+        except ValueError:  # memory unknown or below the driver's reserve; max_clients outside MPS's range
+            continue
+        tenants = tuple(
+            ShareTenant(
+                job_id=h.job_id,
+                workload_class=WorkloadClass(h.workload_class),
+                fraction=h.fraction,
+                grant=h.compute_percent / 100,
+                memory_bytes=h.memory_bytes,
+                started=h.started,
+            )
+            for h in holds[row.gpu_id]
+        )
+        states.append(SharedGpuState(gpu=gpu, tenants=tenants, whole_holder=whole.get(row.gpu_id)))
+        slots.append(_Slot(row, node))
+    return states, slots
+
+
+def _cap_reason(
+    share: PendingShare, limits: TenantLimits, tenant_use: float, user_use: float
+) -> tuple[ShareWait, str] | None:
+    if limits.gpu_cap is not None and tenant_use + share.fraction > limits.gpu_cap + _EPS:
+        left = max(0.0, limits.gpu_cap - tenant_use)
+        detail = f"needs {share.fraction:g} GPU; tenant {share.tenant} has {left:g} of its cap of {limits.gpu_cap} left"
+        return ShareWait.TENANT_CAP_REACHED, detail
+    if limits.user_cap is not None and user_use + share.fraction > limits.user_cap + _EPS:
+        left = max(0.0, limits.user_cap - user_use)
+        detail = f"needs {share.fraction:g} GPU; user {share.user} has {left:g} of their cap of {limits.user_cap} left"
+        return ShareWait.USER_CAP_REACHED, detail
+    return None
+
+
+def _no_room(states: list[SharedGpuState], demand: ShareDemand) -> str:
+    """Why no shared GPU takes ``demand`` now, counted per refusal: "2 GPUs short of memory, 1 at their ..."."""
+    counts = Counter(why_not(state, demand, DEFAULT_POLICY) for state in states)
+    counts.pop(None, None)  # fits now: placed next round, or passed over by the placer for a better pair
+    if not counts:
+        return "other shares were placed first"
+    parts = [f"{n} {'GPU' if n == 1 else 'GPUs'} {_REFUSAL_WORDS[r]}" for r, n in counts.most_common() if r is not None]
+    return ", ".join(parts)
+
+
+def share_round(*, live: LiveSnapshot, now: float) -> int:
+    """Place pending shares on shared GPUs and write why the others wait; returns how many started.
+
+    Precondition: inside the round's transaction, holding the scheduler lease, after the whole-GPU decision was
+    applied (its starts count against the caps here)."""
+    pending = [p for p in pending_shares() if p.job_id not in live.awaiting]
+    if not pending:
+        return 0
+    reasons: dict[int, tuple[ShareWait, str]] = {}
+    use = gpu_use_by_user()
+    tenant_use: dict[str, float] = defaultdict(float)
+    for (tenant, _), n in use.items():
+        tenant_use[tenant] += n
+    no_limits = TenantLimits()
+    admitted: list[PendingShare] = []
+    for share in pending:
+        if share.culprit:
+            reasons[share.job_id] = (ShareWait.MPS_CULPRIT, f"{share.suspect_faults} faults named it")
+            continue
+        key = (share.tenant, share.user)
+        capped = _cap_reason(
+            share, live.snapshot.tenants.get(share.tenant, no_limits), tenant_use[share.tenant], use.get(key, 0.0)
+        )
+        if capped is not None:
+            reasons[share.job_id] = capped
+            continue
+        admitted.append(share)
+        tenant_use[share.tenant] += share.fraction
+        use[key] = use.get(key, 0.0) + share.fraction
+    states, slots = _shared_gpus(live)
+    started = 0
+    if not states:
+        reasons.update((s.job_id, (ShareWait.NO_SHARED_GPU, "")) for s in admitted)
+    else:
+        demands = [
+            ShareDemand(
+                job_id=s.job_id,
+                gpu_fraction=s.fraction,
+                workload_class=WorkloadClass(s.workload_class),
+                gpu_memory_bytes=s.memory_bytes,
+                evictions=s.evictions,
+            )
+            for s in admitted
+        ]
+        placer = resolve_placer(settings.CORRAL_SHARE_PLACER)
+        result = placer(states, demands, now, DEFAULT_POLICY)
+        placed: set[int] = set()
+        for p in result.placements:
+            slot = slots[p.index]
+            ok = job_start_share(
+                job_id=int(p.job_id),
+                node=slot.node,
+                gpu_id=slot.row.gpu_id,
+                index=slot.row.index,
+                compute_percent=max(1, round(p.grant * 100)),
+                memory_bytes=p.memory_bytes,
+                actor=ACTOR,
+            )
+            if ok:
+                placed.add(int(p.job_id))
+                started += 1
+        after = list(result.gpus)
+        for n, demand in enumerate(d for d in demands if int(d.job_id) not in placed):
+            detail = _no_room(after, demand) if n < DETAILED_REASONS else ""
+            if demand.gpu_memory_bytes is not None and detail == "":
+                detail = f"asks for {gib(demand.gpu_memory_bytes)}"
+            reasons[int(demand.job_id)] = (ShareWait.NO_ROOM, detail)
+    jobs_set_share_wait_reasons(reasons=reasons)
+    return started

@@ -1,0 +1,231 @@
+"""Where waiting shares go: greedy first-fit, fragmentation-aware best-fit, and maximum-weight matching (#17).
+
+Every placer takes the shared GPUs as they are and the waiting shares in queue order, and returns where each share
+it could place starts, with the thread limit it gets. All three ask :func:`scheduling.core.sharing.fits` before
+every placement and apply each placement before the next one, so none can break the rule, whatever it prefers.
+
+- ``first-fit``: each share, in queue order, on the first GPU it fits (GPUs in the order given).
+- ``best-fit``: each share on the GPU it leaves with the least stranded compute: a GPU that keeps a sliver of
+  room too small for the smallest waiting share is worse than one that is filled exactly or keeps usable room
+  (the fragmentation idea of Weng et al., ATC '23); ties go to the GPU left with the least room.
+- ``matching`` (MuxFlow): waiting shares and GPUs with room are the two sides of a bipartite graph whose edge
+  weights are the predicted co-location benefit (:func:`benefit`); ``scipy.optimize.linear_sum_assignment`` picks
+  the pairs of largest total weight, each GPU taking at most one new client per round. Rounds repeat while some
+  share still fits somewhere, so more shares than GPUs is fine. Infeasible pairs never carry a placement.
+
+Online shares are placed before offline ones by every placer (they are latency-critical and at most one fits a
+GPU); the matching treats them in its first rounds like any other share.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import linear_sum_assignment
+
+from scheduling.core.model import JobId
+from scheduling.core.sharing import (
+    DEFAULT_POLICY,
+    ShareDemand,
+    SharedGpuState,
+    SharingPolicy,
+    WorkloadClass,
+    fits,
+    neighbour_load,
+    offline_capacity,
+    offline_in_use,
+    tenant_for,
+)
+
+#: Weights of :func:`benefit`'s terms (docs/sharing.md explains each).
+W_MEMORY = 0.25
+W_RISK = 0.25
+W_FILL = 1.0
+W_QUEUE = 0.25
+W_ONLINE = 1.0
+#: The most waiting shares one matching round considers (the oldest first): bounds the cost matrix.
+MATCH_WINDOW = 256
+_INFEASIBLE = -1e9
+
+
+@dataclass(frozen=True, slots=True)
+class SharePlacement:
+    """Start ``job_id`` on shared GPU ``index`` (its position in the list the placer was given) with this thread
+    limit (a fraction of the GPU) and memory limit."""
+
+    job_id: JobId
+    index: int
+    grant: float
+    memory_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class PlaceResult:
+    """What a placer decided, and the GPUs as they are with those placements made."""
+
+    placements: tuple[SharePlacement, ...]
+    gpus: tuple[SharedGpuState, ...]
+
+
+Placer = Callable[[Sequence[SharedGpuState], Sequence[ShareDemand], float, SharingPolicy], PlaceResult]
+
+
+def _online_first(waiting: Sequence[ShareDemand]) -> list[ShareDemand]:
+    return sorted(waiting, key=lambda d: d.workload_class != WorkloadClass.ONLINE)  # stable: queue order kept
+
+
+def _apply(
+    gpus: list[SharedGpuState], index: int, demand: ShareDemand, now: float, policy: SharingPolicy
+) -> SharePlacement:
+    tenant = tenant_for(gpus[index], demand, started=now, policy=policy)
+    gpus[index] = gpus[index].with_tenant(tenant)
+    return SharePlacement(demand.job_id, index, tenant.grant, tenant.memory_bytes)
+
+
+def first_fit(
+    gpus: Sequence[SharedGpuState],
+    waiting: Sequence[ShareDemand],
+    now: float = 0.0,
+    policy: SharingPolicy = DEFAULT_POLICY,
+) -> PlaceResult:
+    """Each share, in queue order (online first), on the first GPU it fits."""
+    state = list(gpus)
+    out = []
+    for demand in _online_first(waiting):
+        index = next((i for i, g in enumerate(state) if fits(g, demand, policy)), None)
+        if index is not None:
+            out.append(_apply(state, index, demand, now, policy))
+    return PlaceResult(tuple(out), tuple(state))
+
+
+def room_after(state: SharedGpuState, policy: SharingPolicy = DEFAULT_POLICY) -> float:
+    """Compute left for more offline work on this GPU."""
+    return max(0.0, offline_capacity(state, policy) - offline_in_use(state))
+
+
+def best_fit(
+    gpus: Sequence[SharedGpuState],
+    waiting: Sequence[ShareDemand],
+    now: float = 0.0,
+    policy: SharingPolicy = DEFAULT_POLICY,
+) -> PlaceResult:
+    """Each share, in queue order (online first), where it strands the least compute, then leaves the least room.
+
+    Stranded: room left that is above zero but below the smallest share still waiting, so no waiting share could
+    use it. A GPU nobody uses yet is taken only when no used GPU fits (it keeps whole GPUs whole)."""
+    state = list(gpus)
+    order = _online_first(waiting)
+    out = []
+    for n, demand in enumerate(order):
+        rest = [d.gpu_fraction for d in order[n + 1 :]]
+        smallest = min(rest) if rest else 0.0
+        best: tuple[tuple[bool, float, float], int] | None = None
+        for i, g in enumerate(state):
+            if not fits(g, demand, policy):
+                continue
+            left = room_after(g.with_tenant(tenant_for(g, demand, policy=policy)), policy)
+            stranded = left if 0 < left < smallest else 0.0
+            key = (not g.tenants, stranded, left)
+            if best is None or key < best[0]:
+                best = (key, i)
+        if best is not None:
+            out.append(_apply(state, best[1], demand, now, policy))
+    return PlaceResult(tuple(out), tuple(state))
+
+
+def benefit(
+    state: SharedGpuState, demand: ShareDemand, position: float = 0.0, policy: SharingPolicy = DEFAULT_POLICY
+) -> float:
+    """Predicted benefit of starting ``demand`` on this GPU (call only when it fits); larger is better.
+
+    ``speed + W_FILL * fill - W_MEMORY * memory - W_RISK * (1 + evictions) * risk + W_QUEUE * (1 - position)
+    (+ W_ONLINE for online work)``:
+
+    - speed: the share's predicted speed relative to running alone with its ask: its grant's alone speed over its
+      ask's, times what the neighbours (the online client at its measured load, offline clients at their grant)
+      leave it by the interference model;
+    - fill: compute committed on the GPU afterwards (packing keeps other GPUs empty: less fragmentation);
+    - memory: memory pressure afterwards (limits plus reserve over the GPU's memory);
+    - risk: for offline work next to an online client, how close that client runs to its full share (its measured
+      load over its share): the closer, the likelier its next rise evicts the newcomer. A job with past evictions
+      (its history) weighs this risk more;
+    - position: the share's place in the queue, 0 (oldest) to 1, so older shares win ties and do not starve;
+    - and ``W_ONLINE`` for an online share, which is latency-critical: it wins a GPU both could take.
+    """
+    tenant = tenant_for(state, demand, policy=policy)
+    after = state.with_tenant(tenant)
+    model = policy.model
+    speed = min(1.0, model.alone(tenant.grant) / model.alone(demand.gpu_fraction))
+    speed *= model.factor(neighbour_load(after, demand.job_id))
+    online = after.online
+    online_part = 0.0 if online is None else (online.fraction if after.online_load is None else after.online_load)
+    fill = min(1.0, online_part + offline_in_use(after))
+    memory = (after.memory_used + after.gpu.reserve_bytes) / after.gpu.memory_bytes
+    risk = 0.0
+    if demand.workload_class == WorkloadClass.OFFLINE and state.online is not None:
+        load = state.online.fraction if state.online_load is None else state.online_load
+        risk = min(1.0, load / state.online.fraction)
+    return (
+        speed
+        + W_FILL * fill
+        - W_MEMORY * memory
+        - W_RISK * (1 + demand.evictions) * risk
+        + W_QUEUE * (1.0 - position)
+        + (W_ONLINE if demand.workload_class == WorkloadClass.ONLINE else 0.0)
+    )
+
+
+def matching(
+    gpus: Sequence[SharedGpuState],
+    waiting: Sequence[ShareDemand],
+    now: float = 0.0,
+    policy: SharingPolicy = DEFAULT_POLICY,
+) -> PlaceResult:
+    """Rounds of maximum-weight bipartite matching of waiting shares to GPUs (see the module docstring).
+
+    In each round every feasible (share, GPU) pair gets its :func:`benefit`; infeasible pairs get a weight so low
+    that the assignment uses as many feasible pairs as it can before it looks at weights, and any infeasible pair
+    it still returns is dropped. A round that places nothing ends the placer."""
+    state = list(gpus)
+    left = _online_first(waiting)
+    n_all = max(1, len(left) - 1)
+    position = {d.job_id: i / n_all for i, d in enumerate(left)}
+    out: list[SharePlacement] = []
+    while left:
+        window = left[:MATCH_WINDOW]
+        weights = np.full((len(window), len(state)), _INFEASIBLE)
+        for r, demand in enumerate(window):
+            for c, g in enumerate(state):
+                if fits(g, demand, policy):
+                    weights[r, c] = benefit(g, demand, position[demand.job_id], policy)
+        feasible_rows = np.flatnonzero((weights > _INFEASIBLE).any(axis=1))
+        if feasible_rows.size == 0:
+            if len(left) <= MATCH_WINDOW:
+                break
+            left = left[MATCH_WINDOW:]  # nothing in this window fits anywhere: look further down the queue
+            continue
+        rows, cols = linear_sum_assignment(weights[feasible_rows], maximize=True)
+        placed: set[JobId] = set()
+        for r, c in zip(rows, cols, strict=True):
+            demand = window[int(feasible_rows[r])]
+            # A pair may have been feasible only before another placement of this round on the same GPU: never,
+            # since each GPU takes one client per round; the check stays because the rule is the contract.
+            if weights[feasible_rows[r], c] > _INFEASIBLE and fits(state[c], demand, policy):
+                out.append(_apply(state, int(c), demand, now, policy))
+                placed.add(demand.job_id)
+        if not placed:
+            break
+        left = [d for d in left if d.job_id not in placed]
+    return PlaceResult(tuple(out), tuple(state))
+
+
+PLACERS: dict[str, Placer] = {"first-fit": first_fit, "best-fit": best_fit, "matching": matching}
+
+
+def resolve_placer(name: str) -> Placer:
+    try:
+        return PLACERS[name]
+    except KeyError:
+        raise ValueError(f"unknown share placer {name!r}; choose from {', '.join(PLACERS)}") from None
