@@ -289,6 +289,9 @@ CORRAL_PLACEMENT: str = env.str("CORRAL_PLACEMENT", default="topology")
 #: and how many MPS faults naming a job make it the culprit, kept off shared GPUs.
 CORRAL_SHARE_PLACER: str = env.str("CORRAL_SHARE_PLACER", default="matching")
 CORRAL_MPS_CULPRIT_FAULTS: int = env.int("CORRAL_MPS_CULPRIT_FAULTS", default=2)
+#: How far back (a duration: 5m, 90s, or seconds) the share round averages a shared GPU's measured utilization to
+#: take as its online client's load (never from before that client started; no reading: its whole share counts).
+CORRAL_SHARE_LOAD_WINDOW: int = parse_duration(env.str("CORRAL_SHARE_LOAD_WINDOW", default="5m"))
 #: Fair share: the half-life (hours) of the usage history that orders who borrows idle quota first under a
 #: ``+quota`` policy (docs/scheduling.md). A week, as Slurm's default; 0 turns fair share off.
 CORRAL_FAIR_SHARE_HALF_LIFE_HOURS: float = env.float("CORRAL_FAIR_SHARE_HALF_LIFE_HOURS", default=168.0)

@@ -206,24 +206,36 @@ def job_history_jobs(*, since: datetime | None = None, until: datetime | None = 
 
 
 def job_history_trace(*, since: datetime | None = None, until: datetime | None = None) -> Iterator[TraceJob]:
+    """The jobs of :func:`job_history_rows`, without their share columns (the whole-GPU replay reads no more)."""
+    return (job for job, _, _ in job_history_rows(since=since, until=until))
+
+
+#: One exported job: its trace row, its share of one GPU (None: whole GPUs) and its workload class (issue #17).
+HistoryRow = tuple[TraceJob, float | None, str]
+
+
+def job_history_rows(*, since: datetime | None = None, until: datetime | None = None) -> Iterator[HistoryRow]:
     """Finished jobs submitted in ``[since, until)`` as a trace in the shared schema, oldest submission first.
 
     An admin replays this with ``corral simulate`` to compare policies on the cluster's own history. ``duration``
     is the time the job held its GPUs over all attempts, so a preempted or retried job counts what it really ran;
     ``queue_delay`` is the rest of its time from submission to the end. Jobs that never ran (cancelled or failed
     while pending) are left out: a replay has nothing to schedule for them. Submit times count from the first job
-    exported. Rows are read in chunks, so an export of years of history streams in constant memory.
+    exported. Rows are read in chunks, so an export of years of history streams in constant memory. Each job comes
+    with its share of one GPU (``gpu_fraction``; None for whole GPUs) and its workload class, which the export writes
+    as ``gpu_milli`` and ``workload_class`` and the what-if sharing replay reads (issue #17).
     """
     rows = job_history_jobs(since=since, until=until).order_by("submitted_at", "pk").values_list(
         "pk", "user__username", "tenant__slug", "name", "gpus", "state", "submitted_at", "started_at",
-        "finished_at", "attained_service",
+        "finished_at", "attained_service", "gpu_fraction", "workload_class",
     )  # fmt: skip
     origin: datetime | None = None
-    for pk, username, tenant, name, gpus, state, submitted, started, finished, attained in rows.iterator(2000):
+    for row in rows.iterator(2000):
+        pk, username, tenant, name, gpus, state, submitted, started, finished, attained, fraction, klass = row
         assert finished is not None  # filtered on finished_at__isnull=False
         origin = origin or submitted
         duration = executed_seconds(gpus, attained, started, finished)
-        yield TraceJob(
+        job = TraceJob(
             job_id=str(pk),
             submit_time=(submitted - origin).total_seconds(),
             duration=duration,
@@ -234,6 +246,7 @@ def job_history_trace(*, since: datetime | None = None, until: datetime | None =
             name=name,
             queue_delay=max(0.0, (finished - submitted).total_seconds() - duration),
         )
+        yield job, fraction, klass
 
 
 def jobs_with_placement(queryset: QuerySet[Job]) -> QuerySet[Job]:
@@ -378,3 +391,9 @@ def jobs_finished_since(*, watermark: tuple[datetime, int] | None, limit: int) -
     at, pk = watermark
     later = finished.filter(finished_at__gt=at) | finished.filter(finished_at=at, pk__gt=pk)
     return list(later.order_by("finished_at", "pk"))
+
+
+def pending_start_overdue(*, now: datetime) -> bool:
+    """Whether a pending job's expected start has passed (its forecast is late: the jobs ahead ran long). One query
+    over the pending rows."""
+    return Job.objects.filter(state=JobState.PENDING.value, expected_start_at__lt=now).exists()

@@ -103,7 +103,7 @@ def job_submit(
     if share is not None:
         check_share(share)
         gpus = 1  # a share is part of one GPU: every count of GPUs per job sees one
-    resolved = admit_submission(user=user, tenant=tenant, gpus=gpus, adding=1)
+    resolved = admit_submission(user=user, tenant=tenant, gpus=gpus, adding=1, whole_gpus=share is None)
     job = Job.objects.create(
         tenant=resolved,
         user=user,

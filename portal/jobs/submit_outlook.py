@@ -35,13 +35,14 @@ class TenantStanding:
 
 @dataclass(frozen=True, slots=True)
 class SubmitOutlook:
-    """The submit form's numbers: the reader's tenants, the GPUs the cluster has (``cluster_gpus``, what a job may
-    at most ask for) and how many of them could take a job now (``free_gpus``: healthy, on a node that is up, held
-    by no job)."""
+    """The submit form's numbers: the reader's tenants, the GPUs that take whole-GPU jobs (``cluster_gpus``, what a
+    job may at most ask for) and how many of them could take a job now (``free_gpus``: healthy, on a node that is
+    up, held by no job)."""
 
     tenants: list[TenantStanding]
     cluster_gpus: int
     free_gpus: int
+    shared_gpus: int = 0  # present GPUs an admin marked shared: they take shares only, never a whole-GPU job
 
     def largest_job(self, standing: TenantStanding) -> int:
         """The most GPUs one job may ask for in ``standing``'s tenant: what ``check_fits`` lets through."""
@@ -80,8 +81,9 @@ def submit_outlook(*, user: User, tenants: list[Tenant]) -> SubmitOutlook:
             )
         )
     free = (
-        Gpu.objects.filter(present=True, health=GpuHealth.HEALTHY, node__state=NodeState.UP)
+        Gpu.objects.filter(present=True, shared=False, health=GpuHealth.HEALTHY, node__state=NodeState.UP)
         .exclude(pk__in=Allocation.objects.filter(released_at__isnull=True).values("gpu_id"))
         .count()
     )
-    return SubmitOutlook(tenants=standings, cluster_gpus=present_gpu_count(), free_gpus=free)
+    whole = present_gpu_count(whole_only=True)
+    return SubmitOutlook(tenants=standings, cluster_gpus=whole, free_gpus=free, shared_gpus=present_gpu_count() - whole)

@@ -97,15 +97,19 @@ def validate_spec(*, name: str, command: str, gpus: int, env: Mapping[str, str],
             )
 
 
-def check_fits(*, tenant: Tenant, gpus: int, quota: Quota | None) -> None:
+def check_fits(*, tenant: Tenant, gpus: int, quota: Quota | None, whole_gpus: bool = True) -> None:
     """Refuse at submit a job that could never start, so it does not wait forever with no hope. The cluster's size
     comes first: a 64-GPU job on an 8-GPU cluster is told "the cluster has 8 GPUs", which no quota change would
     fix, before it is told about its tenant's cap. The one rule for the form, the API and the CLI (all submit
     through ``job_submit``); the submit form shows the same numbers beforehand (``submit_outlook``)."""
-    if not cluster_has_gpus(gpus):  # cheap whatever the cluster's size; the count only for the refusal's words
-        cluster_gpus = present_gpu_count()
+    # A share (``whole_gpus`` False) is checked against the shared GPUs by ``check_share``; whole-GPU jobs count
+    # only the GPUs that take them, so a cluster whose GPUs are all shared does not keep a whole job waiting forever.
+    if whole_gpus and not cluster_has_gpus(gpus):  # cheap whatever the cluster's size; the count for the words
+        cluster_gpus = present_gpu_count(whole_only=True)
+        shared = present_gpu_count() - cluster_gpus
         if gpus > cluster_gpus:
-            raise ClusterTooSmall(f"the cluster has {cluster_gpus} GPUs; this job asks for {gpus}", field="gpus")
+            words = f" for whole-GPU jobs ({shared} more take only shares)" if shared else ""
+            raise ClusterTooSmall(f"the cluster has {cluster_gpus} GPUs{words}; this job asks for {gpus}", field="gpus")
     if quota is not None and quota.gpu_limit is not None and gpus > quota.gpu_limit:
         raise OverQuota(
             f"tenant '{tenant.slug}' may use at most {quota.gpu_limit} GPUs at once; this job asks for {gpus}",
@@ -123,17 +127,20 @@ def default_job_name(name: str, command: str) -> str:
     return (name or command.strip().split("\n", 1)[0])[:200]
 
 
-def admit_submission(*, user: User, tenant: Tenant | str | None, gpus: int, adding: int) -> Tenant:
+def admit_submission(
+    *, user: User, tenant: Tenant | str | None, gpus: int, adding: int, whole_gpus: bool = True
+) -> Tenant:
     """The checks every submission passes before its jobs exist, shared by :func:`job_submit` (``adding`` 1) and
     ``job_array_submit`` (``adding``: its task count): the tenant ``user`` may submit to, jobs of ``gpus`` GPUs
-    that could ever fit, and the tenant's ``max_active_jobs`` with ``adding`` more jobs.
+    that could ever fit (``whole_gpus`` False: a share, whose GPU ``check_share`` checks), and the tenant's
+    ``max_active_jobs`` with ``adding`` more jobs.
 
     The active jobs are counted under the quota row's lock, so concurrent submits cannot overshoot the limit.
     Precondition: inside the caller's transaction. Raises ``ValidationFailed`` (field-scoped) or ``QuotaExceeded``.
     """
     resolved = resolve_tenant(user, tenant)
     quota = Quota.objects.select_for_update().filter(tenant=resolved).first()
-    check_fits(tenant=resolved, gpus=gpus, quota=quota)
+    check_fits(tenant=resolved, gpus=gpus, quota=quota, whole_gpus=whole_gpus)
     if quota is not None and quota.max_active_jobs is not None:
         active = Job.objects.filter(tenant=resolved, state__in=ACTIVE_STATES).count()
         if adding == 1 and active >= quota.max_active_jobs:

@@ -18,15 +18,18 @@ def gpu_holders() -> dict[int, int]:
     return dict(Allocation.objects.filter(released_at__isnull=True).values_list("gpu_id", "job_id"))
 
 
-def present_gpu_count() -> int:
-    """GPUs the cluster has: present on a registered node, whatever their health or their node's state."""
-    return Gpu.objects.filter(present=True).count()
+def present_gpu_count(*, whole_only: bool = False) -> int:
+    """GPUs the cluster has: present on a registered node, whatever their health or their node's state. With
+    ``whole_only``, only those that take whole-GPU jobs: a GPU an admin marked shared takes only shares (#17)."""
+    gpus = Gpu.objects.filter(present=True)
+    return (gpus.filter(shared=False) if whole_only else gpus).count()
 
 
 def cluster_has_gpus(count: int) -> bool:
-    """Whether the cluster has at least ``count`` GPUs (as :func:`present_gpu_count` counts them). Reads at most
-    ``count`` rows, where counting all 10,000 GPUs of a large cluster cost a millisecond on every submission."""
-    return count <= 0 or Gpu.objects.filter(present=True).order_by()[count - 1 : count].exists()
+    """Whether the cluster has at least ``count`` GPUs that take whole-GPU jobs (as ``present_gpu_count(whole_only=
+    True)`` counts them). Reads at most ``count`` rows, where counting all 10,000 GPUs of a large cluster cost a
+    millisecond on every submission."""
+    return count <= 0 or Gpu.objects.filter(present=True, shared=False).order_by()[count - 1 : count].exists()
 
 
 def largest_shared_gpu_bytes() -> int | None:

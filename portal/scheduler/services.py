@@ -18,6 +18,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from portal.jobs.lease import try_acquire_round_lease
+from portal.jobs.selectors import pending_start_overdue
 from portal.jobs.services import jobs_enforce_time_limits
 from portal.jobs.waiting import StartForecast, jobs_set_start_forecasts
 from portal.rounds import (
@@ -135,16 +136,23 @@ def _history() -> DurationPredictor:
 #: A forecast with nothing changed since is still right (its times are absolute) but is redone after this long,
 #: for what time alone changes (a running job outliving its estimate is expected to run as long again).
 FORECAST_MAX_AGE = timedelta(minutes=10)
+#: How soon a forecast is redone when a pending job's expected start has passed while nothing else changed (the jobs
+#: ahead of it ran long): not every beat, since a queue whose head stays overdue would then cost a forecast each time.
+FORECAST_OVERDUE_AGE = timedelta(minutes=2)
 _last_forecast: datetime | None = None  # per worker process: when this process last refreshed for real
 
 
 def start_forecast_refresh_if_stale(*, now: datetime | None = None) -> ForecastResult | None:
     """The periodic forecast: refresh only when something changed since the last one (``portal.rounds``) or it
-    is older than :data:`FORECAST_MAX_AGE`; None when skipped. A quiet queue of 50,000 jobs then costs nothing."""
+    is older than :data:`FORECAST_MAX_AGE`, or older than :data:`FORECAST_OVERDUE_AGE` with a pending job whose
+    expected start has passed; None when skipped. A quiet queue of 50,000 jobs then costs nothing."""
     global _last_forecast
     now = now or timezone.now()
     stale = take_forecast_staleness()
-    if not stale and _last_forecast is not None and now - _last_forecast < FORECAST_MAX_AGE:
+    age = now - _last_forecast if _last_forecast is not None else None
+    if age is not None and FORECAST_OVERDUE_AGE <= age < FORECAST_MAX_AGE and not stale:
+        stale = pending_start_overdue(now=now)
+    if not stale and age is not None and age < FORECAST_MAX_AGE:
         note_forecast_ran(now)  # nothing changed: what is stored still holds
         return None
     _last_forecast = now

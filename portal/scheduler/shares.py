@@ -9,15 +9,21 @@ every waiting share's reason through the jobs' share services.
 
 Caps count a share as its fraction: a tenant with a cap of 2 GPUs runs eight 0.25 shares, or one whole GPU and
 four. Shares that a cap holds back, culprits of MPS faults, and a previous attempt still stopping are left out
-before placement; the rest go to the placer in queue order. The online client's measured load is not read yet
-(None: it counts as its whole share), so offline work next to online work gets only what the slowdown budget
-and the online share leave.
+before placement; the rest go to the placer in queue order.
+
+Dynamic SM allocation: on a GPU with an online client, the GPU's measured utilization since that client started
+(mean over ``CORRAL_SHARE_LOAD_WINDOW``, telemetry's :func:`~portal.telemetry.selectors.recent_gpu_util`) is
+passed as the client's load, so a lightly loaded online job leaves its offline neighbours more compute (up to what
+the slowdown budget allows) and the matching's benefit weighs the real load. Without a reading in the window
+(no telemetry, a silent agent, a client that just started) the online client counts as its whole share: the safe
+side.
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from django.conf import settings
 
@@ -26,6 +32,7 @@ from portal.jobs.share_services import ShareWait, gib, job_start_share, jobs_set
 from portal.nodes.models import GpuHealth, Node, NodeState
 from portal.nodes.selectors import GpuInventoryRow, gpus_present_on
 from portal.scheduler.selectors import LiveSnapshot
+from portal.telemetry.selectors import recent_gpu_util
 from scheduling.core.model import TenantLimits
 from scheduling.core.share_placement import resolve_placer
 from scheduling.core.sharing import (
@@ -65,15 +72,15 @@ class _Slot:
     node: Node
 
 
-def _shared_gpus(live: LiveSnapshot) -> tuple[list[SharedGpuState], list[_Slot]]:
-    """The shared GPUs that may take a new share now (healthy, on a node that is up), with their clients."""
+def _shared_gpus(live: LiveSnapshot, now: float) -> tuple[list[SharedGpuState], list[_Slot]]:
+    """The shared GPUs that may take a new share now (healthy, on a node that is up), with their clients and, on a
+    GPU with an online client, that client's measured load (:func:`_online_loads`)."""
     nodes = {n.pk: n for n in live.nodes_by_name.values()}
     holds = defaultdict(list)
     for hold in share_holds():
         holds[hold.gpu_id].append(hold)
     whole = whole_gpu_holders()
-    states: list[SharedGpuState] = []
-    slots: list[_Slot] = []
+    found: list[tuple[SharedGpu, tuple[ShareTenant, ...], _Slot]] = []
     for row in gpus_present_on(nodes=list(nodes.values())):
         node = nodes[row.node_id]
         if not row.shared or row.health != GpuHealth.HEALTHY or node.state != NodeState.UP:
@@ -95,9 +102,34 @@ def _shared_gpus(live: LiveSnapshot) -> tuple[list[SharedGpuState], list[_Slot]]
             )
             for h in holds[row.gpu_id]
         )
-        states.append(SharedGpuState(gpu=gpu, tenants=tenants, whole_holder=whole.get(row.gpu_id)))
-        slots.append(_Slot(row, node))
-    return states, slots
+        found.append((gpu, tenants, _Slot(row, node)))
+    loads = _online_loads({slot.row.gpu_id: tenants for _, tenants, slot in found}, now)
+    states = [
+        SharedGpuState(
+            gpu=gpu, tenants=tenants, whole_holder=whole.get(slot.row.gpu_id), online_load=loads.get(slot.row.gpu_id)
+        )
+        for gpu, tenants, slot in found
+    ]
+    return states, [slot for _, _, slot in found]
+
+
+def _online_loads(tenants_by_gpu: dict[int, tuple[ShareTenant, ...]], now: float) -> dict[int, float]:
+    """GPU id -> its online client's measured load, a fraction of the whole GPU as the core's rule takes it, for
+    the GPUs with an online client and a reading since it started (the others are left out: None, its whole share).
+
+    The reading is the GPU's mean utilization over ``CORRAL_SHARE_LOAD_WINDOW``, which overstates the online
+    client's own load on both counts it can be wrong: it includes the offline neighbours' work, and NVML's
+    utilization is the time some kernel ran, not the part of the SMs it used. Both errors hold more compute back
+    for the online client, never less, so offline work never gets room the online side actually needs. One query."""
+    since = {
+        gpu_id: datetime.fromtimestamp(online.started, tz=UTC)
+        for gpu_id, tenants in tenants_by_gpu.items()
+        if (online := next((t for t in tenants if t.is_online), None)) is not None
+    }
+    if not since:
+        return {}
+    util = recent_gpu_util(gpu_ids=since, now=datetime.fromtimestamp(now, tz=UTC), not_before=since)
+    return {gpu_id: min(1.0, max(0.0, u / 100.0)) for gpu_id, u in util.items() if u is not None}
 
 
 def _cap_reason(
@@ -153,7 +185,7 @@ def share_round(*, live: LiveSnapshot, now: float) -> int:
         admitted.append(share)
         tenant_use[share.tenant] += share.fraction
         use[key] = use.get(key, 0.0) + share.fraction
-    states, slots = _shared_gpus(live)
+    states, slots = _shared_gpus(live, now)
     started = 0
     if not states:
         reasons.update((s.job_id, (ShareWait.NO_SHARED_GPU, "")) for s in admitted)

@@ -1,18 +1,22 @@
 """Reads of telemetry for the node page, the API and /metrics (``portal.metrics``), each in a fixed number of
-queries (no N+1: a cluster of a thousand GPUs costs the same number of round trips as one of four)."""
+queries (no N+1: a cluster of a thousand GPUs costs the same number of round trips as one of four), and the recent
+utilization of shared GPUs that the scheduler's share round takes as their online client's load."""
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
+from functools import reduce
 
 from django.conf import settings
-from django.db.models import OuterRef, QuerySet, Subquery
+from django.db.models import Avg, OuterRef, Q, QuerySet, Subquery
 from django.utils import timezone
 
 from portal.jobs.models import Allocation
 from portal.nodes.models import Gpu, Node
-from portal.telemetry.models import Alert, FailureModel, GpuHealthEvent, NodeTelemetry, XidRecord
+from portal.telemetry.models import Alert, FailureModel, GpuHealthEvent, NodeTelemetry, Sample, XidRecord
 from telemetry.xid import describe
 
 #: How many XIDs, health events and alerts the node page lists.
@@ -91,3 +95,39 @@ def node_page(*, name: str) -> NodePage | None:
         alerts=sorted(alerts, key=lambda a: (a.resolved_at is not None, -a.at.timestamp())),
         risk_threshold=risk_threshold(FailureModel.objects.filter(active=True).defer("artifact").first()),
     )
+
+
+def share_load_window() -> timedelta:
+    """How far back :func:`recent_gpu_util` looks: ``CORRAL_SHARE_LOAD_WINDOW`` (seconds), read at call time."""
+    return timedelta(seconds=float(getattr(settings, "CORRAL_SHARE_LOAD_WINDOW", 300)))
+
+
+def recent_gpu_util(
+    *, gpu_ids: Collection[int], now: datetime, not_before: Mapping[int, datetime] | None = None
+) -> dict[int, float | None]:
+    """Each GPU's mean ``gpu_util`` (percent) over its raw samples of the last :func:`share_load_window` up to
+    ``now``, or from its ``not_before`` time when that is later; None for a GPU without a reading there.
+
+    Raw samples rather than minute rollups: rollups trail the samples by a minute or more, and the share round
+    wants the load as it is now. ``not_before`` keeps readings from before a client started (an idle GPU, or
+    the previous tenant's work) out of what is taken as that client's load. One query (none without GPUs);
+    the samples' unique (gpu, ts) index serves each GPU's range."""
+    ids = set(gpu_ids)
+    if not ids:
+        return {}
+    start = now - share_load_window()
+    bounds = {g: max(start, (not_before or {}).get(g, start)) for g in ids}
+    from_start = [g for g, since in bounds.items() if since == start]
+    ranges = [Q(gpu_id=g, ts__gte=since) for g, since in bounds.items() if since != start]
+    if from_start:
+        ranges.append(Q(gpu_id__in=from_start, ts__gte=start))
+    rows = (
+        Sample.objects.filter(reduce(operator.or_, ranges), ts__lte=now, gpu_util__isnull=False)
+        .values("gpu_id")
+        .annotate(util=Avg("gpu_util"))
+        .values_list("gpu_id", "util")
+        .order_by()
+    )
+    found: dict[int, float | None] = dict.fromkeys(ids)
+    found.update((gpu_id, float(util)) for gpu_id, util in rows if util is not None)
+    return found

@@ -25,7 +25,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from scheduling.core.fairshare import borrow_ranks
-from scheduling.core.model import HeldGpus, JobView, Placement, TenantLimits, UsageHistory, Wait, WaitReason
+from scheduling.core.model import (
+    HeldGpus,
+    JobView,
+    Placement,
+    TenantLimits,
+    UsageHistory,
+    Wait,
+    WaitReason,
+    gpu_count,
+)
 from scheduling.core.placement import PlacementModel, Shape
 from scheduling.core.policies.base import Policy
 from scheduling.core.pool import FreePool
@@ -155,6 +164,8 @@ def _plain_walk(
             continue
         waiting[job.id] = waits.get(reason, need, free)
         if hol:
-            blocked = Wait(WaitReason.BLOCKED_BY_EARLIER_JOB, f"behind job {job.id} (needs {need} GPUs, {free} free)")
+            blocked = Wait(
+                WaitReason.BLOCKED_BY_EARLIER_JOB, f"behind job {job.id} (needs {gpu_count(need)}, {free} free)"
+            )
         elif not explain and pool.total_free == 0:
             break

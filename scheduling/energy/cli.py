@@ -12,6 +12,8 @@ from typing import Annotated, NoReturn
 
 import typer
 
+OUTAGE_HINT_STEPS = 3  # 30 minutes of nothing in use after a busy step: worth a note
+
 energy_app = typer.Typer(help="Energy saving: replay node demand under power-down policies.", no_args_is_help=True)
 
 
@@ -62,15 +64,26 @@ def replay_command(
     from scheduling.energy.compare import compare, parse_when, window_of
     from scheduling.energy.policies import ForecastPolicy, HeliosCesPolicy, IdleTimeoutPolicy
     from scheduling.energy.replay import ReplayConfig
-    from scheduling.energy.series import STEP_MINUTES, SeriesError, fill_outages, read_series
+    from scheduling.energy.series import STEP_MINUTES, SeriesError, fill_outages, read_series, zero_runs
 
     try:
         start = parse_when(test_from, end_of_day=False)
         until = parse_when(test_to, end_of_day=True)
-        steps = fill_outages(read_series(series), min_steps=math.ceil(outage_minutes / STEP_MINUTES))
+        raw = read_series(series)
+        steps = fill_outages(raw, min_steps=math.ceil(outage_minutes / STEP_MINUTES))
         window = window_of(steps, start, until)
     except SeriesError as exc:
         _fail(str(exc))
+    if outage_minutes == 0:
+        suspect = zero_runs(raw, min_steps=OUTAGE_HINT_STEPS)
+        if suspect:
+            first, length = max(suspect, key=lambda run: run[1])
+            typer.echo(
+                f"note: {len(suspect)} run(s) of zero nodes in use right after busy steps, the longest "
+                f"{length * STEP_MINUTES} min from {raw.starts[first]}; if the monitoring was down, replay with "
+                "--outage-minutes",
+                err=True,
+            )
     corral = ForecastPolicy(floor=floor)
     if buffer is not None:
         corral = replace(corral, buffer=buffer)

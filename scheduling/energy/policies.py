@@ -90,8 +90,9 @@ def _mean(values: tuple[float, ...] | tuple[int, ...]) -> float:
 
 @dataclass(frozen=True)
 class ForecastPolicy:
-    """Corral's policy. Defaults are the ones tuned on November 2017 of the Philly series with a forecaster
-    trained on October (``bench/energy.py --tune``); docs/energy.md says how and why.
+    """Corral's policy. The defaults are what ``bench/energy.py --tune`` chose on Philly's history before
+    December 2017 (six weeks, 17 October to 27 November, each replayed with a forecaster trained before it);
+    docs/energy.md says how.
 
     - ``buffer``: nodes kept above the forecast (the forecast's error is what this pays for).
     - ``lead``: steps looked ahead beyond the wake-up time, so nodes are up before a rise, not as it starts.
@@ -101,16 +102,19 @@ class ForecastPolicy:
       demand.
     - ``keep``: steps after a wake-up during which nothing is powered down (no flapping).
     - ``floor``: never fewer powered nodes than this.
+    - ``spread``: the margin grows by this share of the last ``spread_steps`` steps' range of demand.
+    - ``forecast_must_fall``: require the forecast to fall as well as the trend (the issue's rule); off, only the
+      trend is asked (the forecast still bounds how far down the policy goes).
     """
 
-    buffer: int = 12
-    lead: int = 2
+    buffer: int = 20
+    lead: int = 0
     history: int = 2
     trend: float = 0.0
-    future: int = 12
-    keep: int = 3
+    future: int = 6
+    keep: int = 0
     floor: int = 0
-    spread: float = 0.0
+    spread: float = 0.5
     spread_steps: int = 6
     forecast_must_fall: bool = True
     name: str = "forecast"

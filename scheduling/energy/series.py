@@ -83,27 +83,37 @@ def steps_from_minutes(times: Iterable[datetime], active: Iterable[int], total: 
     return StepSeries(starts.astype("datetime64[m]"), demand, totals, filled)
 
 
-def fill_outages(series: StepSeries, *, min_steps: int) -> StepSeries:
-    """Treat every run of at least ``min_steps`` steps in which no node was in use, after a step in which some
-    were, as a monitoring outage: the run repeats the step before it (and counts in ``filled``). Opt-in, because a
-    small cluster may really be idle for hours; on Philly, a busy 420-node cluster does not drop to zero nodes for
-    18 hours (26 October, right after ten hours with no rows) or for 30 minutes (6 December)."""
-    if min_steps < 1:
-        return series
-    demand, total = series.demand.copy(), series.total.copy()
-    filled = series.filled
+def zero_runs(series: StepSeries, *, min_steps: int) -> list[tuple[int, int]]:
+    """``(first step, length)`` of every run of at least ``min_steps`` steps in which no node was in use, right
+    after a step in which some were."""
+    runs: list[tuple[int, int]] = []
+    demand = series.demand
     i = 1
     while i < len(demand):
         if demand[i] == 0 and demand[i - 1] > 0:
             end = i
             while end < len(demand) and demand[end] == 0:
                 end += 1
-            if end - i >= min_steps:
-                demand[i:end], total[i:end] = demand[i - 1], total[i - 1]
-                filled += end - i
+            if end - i >= max(min_steps, 1):
+                runs.append((i, end - i))
             i = end
         else:
             i += 1
+    return runs
+
+
+def fill_outages(series: StepSeries, *, min_steps: int) -> StepSeries:
+    """Treat every run of :func:`zero_runs` as a monitoring outage: the run repeats the step before it (and counts
+    in ``filled``). Opt-in, because a small cluster may really be idle for hours; a busy 420-node cluster such as
+    Philly does not drop to zero nodes in use for 18 hours (26 October, right after ten hours with no rows) or for
+    30 minutes (6 December). ``min_steps`` below 1: nothing changes."""
+    if min_steps < 1:
+        return series
+    demand, total = series.demand.copy(), series.total.copy()
+    filled = series.filled
+    for first, length in zero_runs(series, min_steps=min_steps):
+        demand[first : first + length], total[first : first + length] = demand[first - 1], total[first - 1]
+        filled += length
     return StepSeries(series.starts, demand, total, filled)
 
 
@@ -119,19 +129,26 @@ def read_series(path: Path) -> StepSeries:
     except (OSError, EOFError, UnicodeDecodeError) as exc:
         raise SeriesError(f"{path}: not a readable CSV ({exc})") from None
     reader = csv.DictReader(io.StringIO(text))
-    missing = {"time", "active", "total"} - set(reader.fieldnames or ())
+    try:
+        fields = set(reader.fieldnames or ())
+    except csv.Error as exc:
+        raise SeriesError(f"{path}: not a readable CSV ({exc})") from None
+    missing = {"time", "active", "total"} - fields
     if missing:
         raise SeriesError(f"{path}: missing column(s) {', '.join(sorted(missing))} (need time,active,total)")
     times: list[datetime] = []
     active: list[int] = []
     total: list[int] = []
-    for row in reader:
-        try:
-            times.append(datetime.fromisoformat(row["time"]).replace(tzinfo=None))
-            active.append(int(float(row["active"])))
-            total.append(int(float(row["total"])))
-        except (TypeError, ValueError):
-            raise SeriesError(f"{path}: line {reader.line_num}: bad row {row!r}") from None
+    try:
+        for row in reader:
+            try:
+                times.append(datetime.fromisoformat(row["time"]).replace(tzinfo=None))
+                active.append(int(float(row["active"])))
+                total.append(int(float(row["total"])))
+            except (TypeError, ValueError, OverflowError):  # OverflowError: "inf"
+                raise SeriesError(f"{path}: line {reader.line_num}: bad row {row!r}") from None
+    except csv.Error as exc:  # a NUL byte, an unterminated quote
+        raise SeriesError(f"{path}: line {reader.line_num}: {exc}") from None
     try:
         return steps_from_minutes(times, active, total)
     except SeriesError as exc:

@@ -70,3 +70,16 @@ def test_the_form_shows_caps_use_and_free_gpus(world: World, client: Client) -> 
     assert 'data-testid="submit-outlook"' in page
     assert "The cluster has 8 GPUs" in page and "4 free now" in page
     assert "cap 6 GPUs, 3 in use (2 of them yours, at most 4 per member). A job may ask for at most 4 GPUs." in page
+
+
+def test_shared_gpus_do_not_count_for_whole_gpu_jobs(world: World, client: Client) -> None:
+    # n2's four GPUs take shares only (#17): a 6-GPU job would wait for ever on the four whole ones, so it is
+    # refused with both numbers, and the form counts the shared GPUs apart.
+    Gpu.objects.filter(node__name="n2").update(shared=True)
+    with pytest.raises(ClusterTooSmall, match=r"has 4 GPUs for whole-GPU jobs \(4 more take only shares\)"):
+        job_submit(user=world.alice, command="x", gpus=6)
+    outlook = submit_outlook(user=world.alice, tenants=[world.tenant])
+    assert (outlook.cluster_gpus, outlook.free_gpus, outlook.shared_gpus) == (4, 4, 4)
+    assert client.login(username="alice", password="pw")
+    page = client.get("/jobs/new/").content.decode()
+    assert "The cluster has 4 GPUs" in page and "4 shared GPUs" in page

@@ -129,3 +129,20 @@ def test_a_request_that_cannot_reach_the_cache_queues_its_round_directly(
     submit(world, django_capture_on_commit_callbacks)
     assert published.count(SCHEDULE_ROUND) == 2  # one each: no flag to coalesce on, but no change without a round
     assert round_requested()  # the beat cannot tell, so it runs
+
+
+def test_a_passed_expected_start_brings_a_new_forecast_soon(
+    world: World, django_capture_on_commit_callbacks: OnCommit
+) -> None:
+    # Nothing changes, but a pending job's expected start has gone by (the jobs ahead ran long): the forecast is
+    # redone once FORECAST_OVERDUE_AGE has passed, not only at FORECAST_MAX_AGE. Ref: #18 item 5.
+    job = submit(world, django_capture_on_commit_callbacks)
+    scheduling_round()
+    now = timezone.now()
+    assert start_forecast_refresh_if_stale(now=now) is not None
+    assert start_forecast_refresh_if_stale(now=now + timedelta(minutes=3)) is None  # nothing overdue
+    Job.objects.filter(pk=job.pk).update(state="pending", expected_start_at=now + timedelta(minutes=4))
+    assert start_forecast_refresh_if_stale(now=now + timedelta(minutes=3, seconds=30)) is None  # not yet due
+    assert start_forecast_refresh_if_stale(now=now + timedelta(minutes=5)) is not None  # overdue, 5 min old
+    Job.objects.filter(pk=job.pk).update(state="pending", expected_start_at=now)
+    assert start_forecast_refresh_if_stale(now=now + timedelta(minutes=6)) is None  # only 1 min since the last

@@ -52,7 +52,10 @@ def test_submit_form_shows_readable_errors(world: World, client: Client) -> None
     too_big = client.post("/jobs/new/", {"command": "x", "gpus": "7"})
     assert too_big.status_code == 200 and b"may use at most 6 GPUs" in too_big.content
     empty = client.post("/jobs/new/", {"command": "   ", "gpus": "abc"})
-    assert b"Enter the command to run." in empty.content and b"Enter a whole number." in empty.content
+    assert (
+        b"Enter the command to run." in empty.content
+        and b"a whole number, or a fraction of one GPU like 0.25" in empty.content
+    )
     assert not Job.objects.exists()
 
 

@@ -80,3 +80,20 @@ def test_the_corral_script_has_the_command() -> None:
     corral = Path(sys.executable).with_name("corral")
     result = subprocess.run([str(corral), "energy", "replay", "--help"], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0 and "--test-from" in result.stdout
+
+
+def test_a_run_of_zeros_gets_a_note_and_outage_minutes_fills_it(app: typer.Typer, tmp_path: Path) -> None:
+    rows = diurnal_minutes(6)
+    outage = range(3 * 1440 + 600, 3 * 1440 + 640)  # 40 minutes of "nothing in use" on a busy day
+    lines = ["time,active,total"] + [
+        f"{t:%Y-%m-%d %H:%M:%S},{0 if n in outage else a},{total}" for n, (t, a, total) in enumerate(rows)
+    ]
+    path = tmp_path / "gap.csv"
+    path.write_text("\n".join(lines) + "\n")
+    args = ["energy", "replay", "--series", str(path), "--test-from", "2024-01-04", "--test-to", "2024-01-05", "--json"]
+    plain = CliRunner().invoke(app, args)
+    assert plain.exit_code == 0 and plain.stderr.startswith("note: 1 run(s) of zero nodes")
+    assert json.loads(plain.stdout)["replay"]["filled_steps"] == 0
+    filled = CliRunner().invoke(app, [*args, "--outage-minutes", "30"])
+    assert filled.exit_code == 0 and filled.stderr == ""
+    assert json.loads(filled.stdout)["replay"]["filled_steps"] == 4

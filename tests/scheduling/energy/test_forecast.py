@@ -45,7 +45,9 @@ def test_features_never_read_the_decision_step_or_later() -> None:
     poisoned[STEPS_PER_DAY + 5 :] = 10_000  # the future: must change nothing
     assert np.array_equal(x, features(poisoned, at, starts, horizon=6), equal_nan=True)
     last = demand[STEPS_PER_DAY + 4]  # levels are differences from the last known step
-    assert x[0, FEATURES.index("mean_30min")] == pytest.approx(demand[STEPS_PER_DAY + 2 : STEPS_PER_DAY + 5].mean() - last)
+    assert x[0, FEATURES.index("mean_30min")] == pytest.approx(
+        demand[STEPS_PER_DAY + 2 : STEPS_PER_DAY + 5].mean() - last
+    )
     assert x[3, FEATURES.index("day_ago")] == demand[3 + 5] - last  # target step i + 3, one day earlier
     assert x[0, FEATURES.index("hour")] == pytest.approx(50 / 60)
     assert x[0, FEATURES.index("weekday")] == 1  # 2024-01-02 was a Tuesday

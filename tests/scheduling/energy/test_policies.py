@@ -32,14 +32,14 @@ def view(**kw: object) -> PowerView:
 
 
 def test_forecast_policy_wakes_ahead_of_a_forecast_rise() -> None:
-    policy = ForecastPolicy(buffer=5, lead=1)
+    policy = ForecastPolicy(buffer=5, lead=1, spread=0)
     decision = policy.decide(view(forecast=(50.0, 52.0, 70.0) + (70.0,) * 9))
     # nodes ordered now serve steps 1..2 (one step to wake, one of lead): cover 70 + 5
     assert decision.target == 75 and decision.reason is PowerReason.WAKE_FORECAST
 
 
 def test_forecast_policy_powers_down_only_when_trend_and_forecast_fall() -> None:
-    policy = ForecastPolicy(buffer=5, lead=0, history=2, future=3, keep=0)
+    policy = ForecastPolicy(buffer=5, lead=0, history=2, future=3, keep=0, spread=0)
     falling = view(on=80, recent=(60, 60, 50), forecast=(45.0, 45.0, 45.0) + (45.0,) * 9)
     assert policy.decide(falling).target == 55 and policy.decide(falling).reason is PowerReason.DOWN_FALLING
     rising_history = view(on=80, recent=(40, 40, 50), forecast=(45.0,) * 12)
@@ -49,15 +49,22 @@ def test_forecast_policy_powers_down_only_when_trend_and_forecast_fall() -> None
 
 
 def test_forecast_policy_holds_for_keep_steps_after_a_wake_up() -> None:
-    policy = ForecastPolicy(buffer=5, lead=0, future=3, keep=4)
+    policy = ForecastPolicy(buffer=5, lead=0, future=3, keep=4, spread=0)
     falling = dict(on=80, recent=(60, 60, 50), forecast=(45.0,) * 12)
     assert policy.decide(view(**falling, steps_since_wake=3)).reason is PowerReason.HOLD
     assert policy.decide(view(**falling, steps_since_wake=4)).reason is PowerReason.DOWN_FALLING
 
 
 def test_forecast_policy_trusts_demand_over_a_low_forecast_when_short() -> None:
-    decision = ForecastPolicy(buffer=5).decide(view(on=60, recent=(50, 60, 70), forecast=(30.0,) * 12))
+    decision = ForecastPolicy(buffer=5, spread=0).decide(view(on=60, recent=(50, 60, 70), forecast=(30.0,) * 12))
     assert decision.target == 75 and decision.reason is PowerReason.WAKE_SHORT
+
+
+def test_without_forecast_must_fall_a_falling_trend_is_enough() -> None:
+    rising_forecast = view(on=80, recent=(60, 60, 50), forecast=(50.0, 60.0, 60.0) + (45.0,) * 9)
+    policy = ForecastPolicy(buffer=5, lead=0, future=3, keep=0, spread=0, forecast_must_fall=False)
+    # it powers down, but only to the highest forecast over the reach (this step and the next) plus the buffer
+    assert policy.decide(rising_forecast).target == 65
 
 
 def test_spread_widens_the_margin_after_a_restless_hour() -> None:

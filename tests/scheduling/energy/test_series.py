@@ -37,6 +37,9 @@ def test_read_series_accepts_gzip(tmp_path: Path) -> None:
     [
         ("time,active\n2024-01-01 00:00:00,3\n", "missing column"),
         ("time,active,total\n2024-01-01 00:00:00,x,8\n", "line 2"),
+        ("time,active,total\n2024-01-01 00:00:00,inf,8\n", "line 2"),
+        ("time,active,total\n2024-01-01 00:00:00,3,8\x00\n", "line 2"),
+        ("time\x00,active,total\n", "missing column"),
         ("time,active,total\nyesterday,3,8\n", "line 2"),
         ("time,active,total\n", "no rows"),
         ("time,active,total\n2024-01-01 00:00:00,-1,8\n", ">= 0"),
