@@ -31,11 +31,13 @@ from portal.whatif.services import ReplayCluster
 from scheduling.core.model import TenantLimits
 from scheduling.core.placement import PLACEMENTS
 from scheduling.core.policies import POLICIES, QUOTA_SUFFIX
+from scheduling.core.share_placement import PLACERS
 from scheduling.sim.replay_rules import (
     HALF_LIFE_RULE,
     MAX_GPUS_PER_NODE,
     MAX_HALF_LIFE_HOURS,
     MAX_NODES,
+    MAX_SHARED_GPUS,
     guarantee_refusal,
     overhead_refusal,
     racks_refusal,
@@ -127,6 +129,29 @@ class WhatIfForm(forms.Form):
             "min_value": HALF_LIFE_RULE[:1].upper() + HALF_LIFE_RULE[1:] + ".",
             "max_value": HALF_LIFE_RULE[:1].upper() + HALF_LIFE_RULE[1:] + ".",
         },
+    )
+
+    sharing = forms.BooleanField(
+        required=False,
+        label="Also replay the shares of a GPU (MPS sharing)",
+        help_text="The window's shares of a GPU are replayed a GPU each, then with shares placed by each placer "
+        "ticked below, on the live GPUs marked shared (or the count below). See docs/sharing.md.",
+    )
+    share_placers = forms.MultipleChoiceField(
+        required=False,
+        choices=[(name, name) for name in PLACERS],
+        initial=list(PLACERS),
+        widget=forms.CheckboxSelectMultiple,
+        label="Share placers",
+        help_text="None ticked: all of them.",
+    )
+    shared_gpus = forms.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=MAX_SHARED_GPUS,
+        label="Shared GPUs",
+        error_messages=WHOLE,
+        help_text="Replay the shares on this many 80 GiB GPUs. Empty: the live GPUs marked shared.",
     )
 
     def __init__(

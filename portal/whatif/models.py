@@ -60,6 +60,19 @@ class WhatIfRun(models.Model):
         blank=True,
         help_text="Half-life of the usage history fair share replayed with (+quota policies); null: no fair share.",
     )
+    # Sharing (issue #17): the window's shares of a GPU also replayed, a GPU each and under each share placer,
+    # on a copy of the live shared GPUs (``shared_layout``) or ``shared_gpus`` uniform 80 GiB ones.
+    sharing = models.BooleanField(default=False, help_text="Also replay the window's shares of a GPU.")
+    share_placers = models.JSONField(default=list, blank=True, help_text="The share placers replayed, in order.")
+    shared_gpus = models.PositiveIntegerField(
+        null=True, blank=True, help_text="The shared GPUs replayed on (the live copy's count, or a uniform count)."
+    )
+    shared_layout = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="The live shared GPUs as [node, index, memory bytes, max clients], copied when the run was asked "
+        "for; empty: shared_gpus uniform 80 GiB GPUs.",
+    )
 
     state = models.CharField(max_length=16, choices=WhatIfState.choices, default=WhatIfState.QUEUED)
     jobs = models.PositiveIntegerField(default=0, help_text="Finished jobs replayed.")

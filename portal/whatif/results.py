@@ -182,3 +182,39 @@ def _round(value: Any) -> Any:
     if isinstance(value, float) and math.isfinite(value) and value != 0.0:
         return round(value, DIGITS - 1 - math.floor(math.log10(abs(value))))
     return value
+
+
+@dataclass(frozen=True, slots=True)
+class ShareRow:
+    """One line of the sharing table (issue #17), formatted: a mode (the whole-GPU baseline or a share placer)."""
+
+    mode: str
+    allocation: str
+    utilization: str
+    utilization_allocated: str
+    fragmented_gpus: str
+    offline_jct: str
+    offline_queue: str
+    online_slowdown: str
+    evictions: str
+
+
+def share_rows(modes: Sequence[Record]) -> list[ShareRow]:
+    """The sharing replay's table, as ``corral simulate --sharing on`` prints it, with the allocation and
+    fragmentation beside; each time column in the one unit its values call for."""
+    jct = time_scale(float(m["offline_jct_mean"]) for m in modes)
+    queue = time_scale(float(m["offline_queue_mean"]) for m in modes)
+    return [
+        ShareRow(
+            mode=str(m["mode"]),
+            allocation=f"{100 * m['allocation']:.0f}%",
+            utilization=f"{100 * m['utilization']:.0f}%",
+            utilization_allocated=f"{100 * m['utilization_allocated']:.0f}%",
+            fragmented_gpus=f"{m['fragmented_gpus']:.1f}",
+            offline_jct=jct.text(m["offline_jct_mean"]),
+            offline_queue=queue.text(m["offline_queue_mean"]),
+            online_slowdown=f"{100 * m['online_slowdown_mean']:.1f}% (max {100 * m['online_slowdown_max']:.1f}%)",
+            evictions=str(m["evictions"]),
+        )
+        for m in modes
+    ]

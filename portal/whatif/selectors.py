@@ -9,8 +9,9 @@ from datetime import datetime
 from django.db.models import Count, Q, QuerySet
 
 from portal.jobs.selectors import job_history_jobs
-from portal.nodes.models import Node, NodeState
+from portal.nodes.models import Gpu, Node, NodeState
 from portal.whatif.models import WhatIfRun
+from scheduling.core.sharing import DEFAULT_RESERVE_BYTES, MIB
 
 
 def whatif_list(*, limit: int = 50) -> QuerySet[WhatIfRun]:
@@ -64,3 +65,24 @@ def whatif_live_cluster() -> ClusterShape | None:
 def whatif_window_has_jobs(*, since: datetime | None, until: datetime | None) -> bool:
     """Whether the history export lists any job submitted in ``[since, until)`` (the same rule the replay reads)."""
     return job_history_jobs(since=since, until=until).exists()
+
+
+#: A live shared GPU as a sharing replay copies it: (node, index, memory bytes, max clients).
+SharedGpuRow = tuple[str, int, int, int]
+
+
+def whatif_live_shared_gpus() -> list[SharedGpuRow]:
+    """The GPUs an admin marked shared (issue #17) that are present on a node not down, by node and index (one
+    query). Unhealthy ones count, as for :func:`whatif_live_cluster`; a GPU whose memory is unknown or below the
+    driver's reserve cannot take a share and is left out, as the live share round leaves it out."""
+    rows = (
+        Gpu.objects.filter(shared=True, present=True)
+        .exclude(node__state=NodeState.DOWN)
+        .order_by("node__name", "index")
+        .values_list("node__name", "index", "memory_mb", "max_clients")
+    )
+    return [
+        (node, index, memory_mb * MIB, max_clients)
+        for node, index, memory_mb, max_clients in rows
+        if memory_mb * MIB > DEFAULT_RESERVE_BYTES
+    ]

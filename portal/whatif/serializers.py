@@ -25,6 +25,7 @@ from portal.whatif.models import WhatIfRun, WhatIfState
 from portal.whatif.results import baseline, observed_row, table_rows
 from portal.whatif.selectors import ClusterShape
 from portal.whatif.services import ReplayCluster
+from portal.whatif.share_serializers import ShareRequestFields, ShareResultsSerializer
 from scheduling.core.model import TenantLimits
 from scheduling.core.placement import PLACEMENTS
 from scheduling.core.policies import POLICIES, QUOTA_SUFFIX
@@ -57,7 +58,7 @@ class QuotaChangeSerializer(serializers.Serializer[dict[str, Any]]):
     )
 
 
-class WhatIfRequestSerializer(serializers.Serializer[dict[str, Any]]):
+class WhatIfRequestSerializer(ShareRequestFields):
     """A what-if run to queue. What is left out is the live cluster's, with the tenants' quotas of now, as the
     browser's form pre-fills it."""
 
@@ -250,6 +251,9 @@ class WhatIfResultsSerializer(serializers.Serializer[dict[str, Any]]):
     skipped = serializers.IntegerField(help_text=SKIPPED)
     policies = PolicyResultSerializer(many=True, help_text="In the order asked for.")
     observed = ObservedSerializer(allow_null=True)
+    sharing = ShareResultsSerializer(
+        allow_null=True, help_text="The sharing replay, for a run with `sharing`; null otherwise."
+    )
     figures = serializers.ListField(
         child=serializers.DictField(),
         allow_null=True,
@@ -283,6 +287,7 @@ class WhatIfRunSerializer(serializers.ModelSerializer[WhatIfRun]):
     url = serializers.HyperlinkedIdentityField(view_name="api-whatif-detail")
     requested_by = serializers.CharField(source="requested_by.username", read_only=True)
     policies = serializers.ListField(child=serializers.CharField(), read_only=True)
+    share_placers = serializers.ListField(child=serializers.CharField(), read_only=True)
     cluster = serializers.SerializerMethodField(
         help_text="`live`: a copy of the live nodes (`layout`); `uniform`: `nodes` x `gpus_per_node` over `racks`."
     )
@@ -324,6 +329,9 @@ class WhatIfRunSerializer(serializers.ModelSerializer[WhatIfRun]):
             "layout",
             "quotas",
             "fair_share_half_life_hours",
+            "sharing",
+            "share_placers",
+            "shared_gpus",
             "jobs",
             "error",
             "results",
@@ -368,6 +376,7 @@ class WhatIfRunSerializer(serializers.ModelSerializer[WhatIfRun]):
             "skipped": stored.get("skipped", 0),
             "policies": policies,
             "observed": None if observed_shown is None else {**observed, "shown": observed_shown},
+            "sharing": stored.get("sharing"),
             "figures": stored.get("figures", []) if self.context.get("figures") else None,
         }
         return dict(WhatIfResultsSerializer(results).data)

@@ -26,9 +26,11 @@ from portal.queue import WHATIF_RUN, enqueue, enqueue_on_commit
 from portal.tenants.selectors import tenant_limits
 from portal.whatif.models import WhatIfRun, WhatIfState
 from portal.whatif.results import merge_figures, observed, policy_figures, policy_record
-from portal.whatif.selectors import whatif_live_cluster, whatif_window_has_jobs
+from portal.whatif.selectors import whatif_live_cluster, whatif_live_shared_gpus, whatif_window_has_jobs
+from portal.whatif.share_replay import SharedGpuError, share_replay
 from scheduling.core.model import TenantLimits
 from scheduling.core.preemption import PreemptionCost
+from scheduling.core.share_placement import PLACERS
 from scheduling.sim.metrics import measure
 from scheduling.sim.replay_rules import (
     MAX_GPUS_PER_NODE,
@@ -36,6 +38,7 @@ from scheduling.sim.replay_rules import (
     Refusal,
     quota_refusal,
     replay_refusal,
+    share_refusal,
     size_refusal,
     uniform_size_refusals,
 )
@@ -58,6 +61,8 @@ UNEXPECTED = "The replay stopped on an unexpected error; the worker's log has th
 #: minutes.
 REQUEUE_AFTER = timedelta(minutes=10)
 LOST_AFTER = timedelta(hours=2)
+#: The share placers a sharing run replays when none is named: all of them, to compare.
+DEFAULT_SHARE_PLACERS = tuple(PLACERS)
 LOST = "The worker stopped during the replay (restarted or killed); ask for a new run."
 
 
@@ -87,6 +92,9 @@ def whatif_create(
     fair_share_half_life_hours: float | None = None,
     since: datetime | None = None,
     until: datetime | None = None,
+    sharing: bool = False,
+    share_placers: Sequence[str] = (),
+    shared_gpus: int | None = None,
 ) -> WhatIfRun:
     """Store a queued what-if run for ``user`` (staff only) and have a worker replay it.
 
@@ -96,10 +104,14 @@ def whatif_create(
     ``quota_changes`` replaces the quotas of the tenants it names (by slug) for this run only: "what if lab had 16
     guaranteed GPUs"; each is marked ``edited`` on the run. ``fair_share_half_life_hours`` replays ``+quota``
     policies with fair share (usage metered from the replay itself, with that half-life); None or 0: without.
+    ``sharing`` also replays the window's shares of a GPU (issue #17), a GPU each and under each of
+    ``share_placers`` (none named: every placer), on ``shared_gpus`` uniform 80 GiB GPUs or, without a count, a
+    copy of the live GPUs marked shared.
 
     Refuses (``ValidationFailed``, field-scoped) unknown policies or placement, an overhead that is neither a number
     of seconds >= 0 nor ``helios``, a live cluster with no node, a uniform one out of bounds, ``until`` not after
-    ``since``, and a window in which no finished job was submitted; ``NotAllowed`` for a user who is not staff (the
+    ``since``, an unknown share placer, sharing with no live shared GPU and no count, and a window in which no
+    finished job was submitted; ``NotAllowed`` for a user who is not staff (the
     replay reads every tenant's jobs). Side effect: ``whatif_run`` is queued once the run is committed (``robust``:
     a broker that is briefly down leaves the run queued, not the request failed).
     """
@@ -129,6 +141,16 @@ def whatif_create(
         until=until,
         half_life_hours=fair_share_half_life_hours,
     )
+    placers: list[str] = []
+    shared_layout: list[list[int | str]] = []
+    if sharing:
+        placers = list(dict.fromkeys(share_placers)) or list(DEFAULT_SHARE_PLACERS)
+        if shared_gpus is None:
+            shared_layout = [list(gpu) for gpu in whatif_live_shared_gpus()]
+            shared_gpus = len(shared_layout) or None
+        _refuse(share_refusal(sharing=True, placers=placers, shared_gpus=shared_gpus))
+    else:
+        shared_gpus = None
     if not whatif_window_has_jobs(since=since, until=until):
         raise ValidationFailed(NO_JOBS, field="since")
     quotas = _run_quotas(apply_quotas, quota_changes or {})
@@ -147,6 +169,10 @@ def whatif_create(
             layout=layout,
             quotas=quotas,
             fair_share_half_life_hours=fair_share_half_life_hours or None,
+            sharing=sharing,
+            share_placers=placers,
+            shared_gpus=shared_gpus,
+            shared_layout=shared_layout,
         )
         enqueue_on_commit(WHATIF_RUN, run.pk)
     return run
@@ -235,6 +261,8 @@ def _replay(run: WhatIfRun) -> tuple[int, dict[str, Any]]:
             until=run.until,
             half_life_hours=run.fair_share_half_life_hours,
         )
+        if run.sharing:
+            _refuse(share_refusal(sharing=True, placers=run.share_placers, shared_gpus=run.shared_gpus))
     except ServiceError as refusal:
         raise WhatIfProblem(_sentence(refusal.message)) from None
     setup = replay_setup(run)
@@ -279,6 +307,11 @@ def _replay(run: WhatIfRun) -> tuple[int, dict[str, Any]]:
         "skipped": skipped,
         "figures": merge_figures(figures, live_policy=run.live_policy),
     }
+    if run.sharing:
+        try:
+            results["sharing"] = share_replay(run)
+        except SharedGpuError as exc:
+            raise WhatIfProblem(_sentence(f"the run's stored shared GPUs cannot be read: {exc}")) from None
     return len(trace) - skipped, results
 
 

@@ -21,7 +21,7 @@ from portal.web.htmx import is_htmx
 from portal.whatif.describe import cluster_brief, cluster_text, quota_rows
 from portal.whatif.forms import WhatIfForm
 from portal.whatif.models import WhatIfRun, WhatIfState
-from portal.whatif.results import baseline, observed_row, table_rows
+from portal.whatif.results import baseline, observed_row, share_rows, table_rows
 from portal.whatif.selectors import whatif_get, whatif_list, whatif_live_cluster
 from portal.whatif.services import whatif_create
 from scheduling.core.policies import QUOTA_SUFFIX
@@ -99,6 +99,7 @@ def _run_context(run: WhatIfRun) -> dict[str, object]:
     records = results.get("policies", [])
     observed = results.get("observed")
     quotas = quota_rows(run)
+    sharing = results.get("sharing")
     return {
         "run": run,
         "cluster_text": cluster_text(run),
@@ -115,4 +116,6 @@ def _run_context(run: WhatIfRun) -> dict[str, object]:
         "observed": observed_row(observed, records=records),
         "skipped": results.get("skipped", 0),
         "figures": results.get("figures", []),
+        "sharing": sharing,
+        "share_rows": share_rows(sharing.get("modes", [])) if sharing else [],
     }

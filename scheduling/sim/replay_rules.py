@@ -17,11 +17,14 @@ from scheduling.core.model import TenantLimits
 from scheduling.core.placement import PLACEMENTS
 from scheduling.core.policies import POLICIES, QUOTA_SUFFIX
 from scheduling.core.preemption import PreemptionCost
+from scheduling.core.share_placement import PLACERS
 
 #: Bounds of a cluster the portal replays on: the simulator builds every node up front, so an absurd size would
 #: only exhaust the worker's memory. (``corral simulate`` on one's own machine has none.)
 MAX_NODES = 10_000
 MAX_GPUS_PER_NODE = 64
+#: The most GPUs a sharing replay takes as a uniform count of shared GPUs (the replay keeps every GPU's state).
+MAX_SHARED_GPUS = 100_000
 #: The longest fair-share half-life a replay takes: ten years, which already means "never forget".
 MAX_HALF_LIFE_HOURS = 87_600.0
 
@@ -170,6 +173,26 @@ def replay_refusal(
         or racks_refusal(nodes=nodes, racks=racks)
         or window_refusal(since, until)
     )
+
+
+def share_refusal(*, sharing: bool, placers: Sequence[str], shared_gpus: int | None) -> Refusal | None:
+    """A sharing replay (issue #17) names known share placers (at least one) and replays on at least one shared
+    GPU, at most :data:`MAX_SHARED_GPUS`; ``shared_gpus`` is None when none is known (no live GPU is shared and no
+    count was given). Without sharing, nothing of it is read."""
+    if not sharing:
+        return None
+    unknown = [p for p in placers if p not in PLACERS]
+    if unknown:
+        return Refusal("share_placers", f"unknown share placer {', '.join(unknown)}; choose from {', '.join(PLACERS)}")
+    if not placers:
+        return Refusal("share_placers", "choose at least one share placer")
+    if shared_gpus is None:
+        return Refusal(
+            "shared_gpus",
+            "no live GPU accepts shares; give a number of shared GPUs to replay the shares on",
+            beside="No live GPU accepts shares: give how many shared GPUs to replay on.",
+        )
+    return size_refusal("shared_gpus", shared_gpus, MAX_SHARED_GPUS)
 
 
 def _sentence(phrase: str) -> str:

@@ -3,8 +3,10 @@ Ref: #3 (an admin compares policies on the cluster's own history)"""
 
 from __future__ import annotations
 
+import csv
 import io
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from django.test import Client
@@ -12,6 +14,8 @@ from django.urls import reverse
 from rest_framework.test import APIClient
 
 from portal.jobs.models import Job
+from scheduling.core.sharing import WorkloadClass
+from scheduling.sim.share_trace import read_share_trace
 from scheduling.sim.simulator import Cluster, simulate
 from scheduling.sim.trace import parse_trace
 from tests.factories import UserFactory
@@ -75,7 +79,7 @@ def test_the_window_selects_by_submission_and_counts_time_from_the_first_job(his
     assert [(j.name, j.submit_time) for j in jobs] == [("bert", 0)]
     empty = client.get("/api/v1/history/trace/", {"since": "2030-01-01"})
     assert read(empty).splitlines() == [
-        "job_id,user,vc,submit_time,duration,num_gpus,status,queue_delay,model_name,job_name"
+        "job_id,user,vc,submit_time,duration,num_gpus,status,queue_delay,gpu_milli,workload_class,model_name,job_name"
     ]
 
 
@@ -118,3 +122,24 @@ def test_staff_download_it_from_the_jobs_page_with_their_session(
     response = client.get("/api/v1/history/trace/", HTTP_ACCEPT=browser_accept)
     assert response.status_code == 200 and response["Content-Type"].startswith("text/csv")
     assert len(read(response).splitlines()) == 4  # the header and the three jobs that ran
+
+
+def test_a_share_of_a_gpu_is_exported_with_its_gpu_milli_and_class_for_the_sharing_replay(
+    history: dict[str, Job], world: World, tmp_path: Path
+) -> None:
+    """Issue #17: the export is a trace ``corral simulate --sharing on`` replays, shares and all."""
+    h = timedelta(hours=1)
+    share = finished_job(world.tenant, world.alice, name="serve", gpus=1, state="succeeded", submitted=4 * h,
+                         started=4 * h, finished=5 * h)  # fmt: skip
+    Job.objects.filter(pk=share.pk).update(gpu_fraction=0.25, workload_class="online")
+    text = read(staff_client().get("/api/v1/history/trace/", HTTP_ACCEPT="text/csv"))
+    rows = {row["job_name"]: row for row in csv.DictReader(io.StringIO(text))}
+    assert (rows["serve"]["gpu_milli"], rows["serve"]["workload_class"]) == ("250", "online")
+    assert (rows["gan"]["gpu_milli"], rows["gan"]["workload_class"]) == ("", "")  # a whole GPU
+    path = tmp_path / "history.csv"
+    path.write_text(text)
+    tasks = {t.task_id: t for t in read_share_trace(path)}
+    assert set(tasks) == {str(share.pk), str(history["cancelled_after_running"].pk)}  # the single-GPU jobs
+    serve = tasks[str(share.pk)]
+    assert (serve.gpu_fraction, serve.workload_class, serve.duration) == (0.25, WorkloadClass.ONLINE, 3600)
+    assert len(parse_trace(io.StringIO(text))) == 4  # the whole-GPU reader ignores the share columns
