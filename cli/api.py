@@ -210,17 +210,11 @@ class Client:
         """Submit a job; the portal picks the tenant when the user belongs to exactly one. ``time_limit`` is in
         seconds (None: no limit). ``gpus`` below 1 is a share of one GPU, with an optional ``gpu_memory`` limit
         ("16G") and ``workload_class`` (issue #17)."""
-        payload: dict[str, Any] = {"name": name, "command": command, "gpus": gpus}
+        payload = _submission(name=name, command=command, gpus=gpus, tenant=tenant, env=env, time_limit=time_limit)
         if gpu_memory is not None:
             payload["gpu_memory"] = gpu_memory
         if workload_class is not None:
             payload["workload_class"] = workload_class
-        if tenant:
-            payload["tenant"] = tenant
-        if env:
-            payload["env"] = dict(env)
-        if time_limit is not None:
-            payload["time_limit"] = time_limit
         return cast(Job, self._json("POST", "/api/v1/jobs/", json=payload))
 
     def submit_array(
@@ -236,13 +230,8 @@ class Client:
     ) -> JobArray:
         """Submit a job array: one task per index of ``array`` (``0-999%50``); the portal checks the spec and
         answers with the array (a 400 naming ``array`` when the spec is bad)."""
-        payload: dict[str, Any] = {"name": name, "command": command, "gpus": gpus, "array": array}
-        if tenant:
-            payload["tenant"] = tenant
-        if env:
-            payload["env"] = dict(env)
-        if time_limit is not None:
-            payload["time_limit"] = time_limit
+        payload = _submission(name=name, command=command, gpus=gpus, tenant=tenant, env=env, time_limit=time_limit)
+        payload["array"] = array
         return cast(JobArray, self._json("POST", "/api/v1/jobs/", json=payload))
 
     def get_array(self, array_id: int) -> JobArray:
@@ -475,3 +464,23 @@ def _reason(exc: Exception) -> str:
         cause = cause.__cause__ or cause.__context__  # type: ignore[assignment]
     text = getattr(cause, "strerror", None) or str(cause) or type(cause).__name__
     return str(text).removeprefix("[Errno 111] ")
+
+
+def _submission(
+    *,
+    name: str,
+    command: str,
+    gpus: int | float,
+    tenant: str | None,
+    env: Mapping[str, str] | None,
+    time_limit: int | None,
+) -> dict[str, Any]:
+    """The body of ``POST /api/v1/jobs/`` that a job and a job array share; optional fields only when given."""
+    payload: dict[str, Any] = {"name": name, "command": command, "gpus": gpus}
+    if tenant:
+        payload["tenant"] = tenant
+    if env:
+        payload["env"] = dict(env)
+    if time_limit is not None:
+        payload["time_limit"] = time_limit
+    return payload

@@ -23,8 +23,8 @@ from portal.jobs.array_rows import insert_task_events, insert_task_jobs
 from portal.jobs.array_spec import ArraySpecError, parse_array_spec
 from portal.jobs.models import ACTIVE_STATES, EventKind, Job, JobArray, JobEvent
 from portal.jobs.services import _kick_scheduler, job_cancel
-from portal.jobs.validation import admit_submission, default_job_name, membership, validate_spec
-from portal.tenants.models import Role, Tenant
+from portal.jobs.validation import admit_submission, default_job_name, may_manage, validate_spec
+from portal.tenants.models import Tenant
 from scheduling.core.states import JobState, check_transition
 
 if TYPE_CHECKING:
@@ -102,10 +102,7 @@ def job_array_submit(
 
 def may_manage_array(user: User, job_array: JobArray) -> bool:
     """Who may cancel an array: the rule of ``job_cancel`` (its owner, an admin of its tenant, staff)."""
-    if user.is_staff or job_array.user_id == user.pk:
-        return True
-    member = membership(user, job_array.tenant)
-    return member is not None and member.role == Role.ADMIN
+    return may_manage(user, owner_id=job_array.user_id, tenant=job_array.tenant)
 
 
 @dataclass(frozen=True, slots=True)

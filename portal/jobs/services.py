@@ -28,11 +28,11 @@ from portal.jobs.models import (
 from portal.jobs.outcome import exit_words
 from portal.jobs.selectors import jobs_awaiting_previous_attempt
 from portal.jobs.share_spec import ShareSpec, check_share, share_columns
-from portal.jobs.validation import admit_submission, default_job_name, membership, validate_spec
+from portal.jobs.validation import admit_submission, default_job_name, may_manage, validate_spec
 from portal.jobs.waiting import jobs_set_wait_reasons
 from portal.rounds import request_round
 from portal.telemetry.exits import XidBlame, fatal_xid_near_exit, xid_exit_window
-from portal.tenants.models import Role, Tenant
+from portal.tenants.models import Tenant
 from scheduling.core.durations import format_duration
 from scheduling.core.model import WaitReason
 from scheduling.core.states import InvalidTransition, JobState, check_reopen, check_transition
@@ -120,13 +120,6 @@ def job_submit(
     return job
 
 
-def _may_manage(user: User, job: Job) -> bool:
-    if user.is_staff or job.user_id == user.pk:
-        return True
-    member = membership(user, job.tenant)
-    return member is not None and member.role == Role.ADMIN
-
-
 @transaction.atomic
 def job_cancel(*, job: Job, by: User) -> Job:
     """Cancel ``job`` on behalf of ``by`` (its owner, a tenant admin or staff).
@@ -136,7 +129,7 @@ def job_cancel(*, job: Job, by: User) -> Job:
     so its GPUs are never handed out while a process still holds them. Refused with ``Conflict`` when finished.
     """
     job = Job.objects.select_for_update().get(pk=job.pk)
-    if not _may_manage(by, job):
+    if not may_manage(by, owner_id=job.user_id, tenant=job.tenant):
         raise NotAllowed("only the job's owner or a tenant admin can cancel it")
     actor = by.get_username()
     state = JobState(job.state)

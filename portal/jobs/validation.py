@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from portal.errors import ClusterTooSmall, OverQuota, QuotaExceeded, ValidationFailed
 from portal.jobs.models import ACTIVE_STATES, MAX_TIME_LIMIT, Job
 from portal.nodes.selectors import cluster_has_gpus, present_gpu_count
-from portal.tenants.models import Membership, Quota, Tenant
+from portal.tenants.models import Membership, Quota, Role, Tenant
 from scheduling.core.durations import format_duration
 
 if TYPE_CHECKING:
@@ -46,6 +46,14 @@ RESERVED_ENV = frozenset(
 
 def membership(user: User, tenant: Tenant) -> Membership | None:
     return Membership.objects.filter(user=user, tenant=tenant).first()
+
+
+def may_manage(user: User, *, owner_id: int, tenant: Tenant) -> bool:
+    """Who may cancel a job or a job array: its owner, an admin of its tenant, or staff. The one rule for both."""
+    if user.is_staff or owner_id == user.pk:
+        return True
+    member = membership(user, tenant)
+    return member is not None and member.role == Role.ADMIN
 
 
 def resolve_tenant(user: User, tenant: Tenant | str | None) -> Tenant:

@@ -23,7 +23,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
 
 from scheduling.core.model import JobId
 from scheduling.core.sharing import (
@@ -188,6 +187,10 @@ def matching(
     In each round every feasible (share, GPU) pair gets its :func:`benefit`; infeasible pairs get a weight so low
     that the assignment uses as many feasible pairs as it can before it looks at weights, and any infeasible pair
     it still returns is dropped. A round that places nothing ends the placer."""
+    # Imported here, not at the top: scipy.optimize takes about half a second to import, which every process that
+    # imports the live round would otherwise pay at start (web servers included), and the first round in a worker.
+    from scipy.optimize import linear_sum_assignment
+
     state = list(gpus)
     left = _online_first(waiting)
     n_all = max(1, len(left) - 1)

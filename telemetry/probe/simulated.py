@@ -249,7 +249,10 @@ class SimulatedProbe:
             clock = int(clock * max(0.4, 1.0 - (temperature - 85.0) / 30.0))
         if temperature >= 90.0:
             throttle |= Throttle.HW_THERMAL_SLOWDOWN | Throttle.HW_SLOWDOWN
-        per_process = 18_000
+        # A whole-GPU job's process holds 18 GB. Several clients of a shared GPU (MPS, #17) split 90 % of its
+        # memory instead, each under its limit, so the demo's shares never read as memory pressure that would
+        # make the agent's guard evict them.
+        per_process = min(18_000, int((MEMORY_MB - 512) * 0.9) // max(1, len(gpu.pids)))
         processes = tuple((pid, per_process) for pid in gpu.pids)
         mem_used = 512 + sum(mb for _, mb in processes) if gpu.busy else 512
         growth = self._ecc_growth(gpu, now)
