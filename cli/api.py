@@ -52,6 +52,7 @@ class Job(TypedDict):
     attempt: int
     gpu_fraction: NotRequired[float | None]  # a share of one GPU (portals since #17)
     workload_class: NotRequired[str]
+    latency_slo_ms: NotRequired[int | None]  # an online share's p99 target
     share: NotRequired[dict[str, Any] | None]  # where a running share runs, and with what share
     hardware_retries: NotRequired[int]
     time_limit: NotRequired[int | None]
@@ -100,8 +101,9 @@ class JobEvent(TypedDict):
 
 
 class Gpu(TypedDict):
-    """One GPU of a node. ``state`` is ``free``, ``allocated`` (then ``job`` says to which job) or, when the GPU is
-    not healthy, its health (``cordoned``, ``unhealthy``) with ``health_detail`` saying why."""
+    """One GPU of a node. ``state`` is ``free``, ``allocated`` (then ``job`` says to which job), ``shared`` (shares
+    of it run: ``clients`` says how many, issue #17), ``stopping`` or, when the GPU is not healthy, its health
+    (``cordoned``, ``unhealthy``) with ``health_detail`` saying why."""
 
     index: int
     uuid: str
@@ -111,6 +113,7 @@ class Gpu(TypedDict):
     health_detail: str
     state: str
     job: int | None
+    clients: NotRequired[int]  # shares running on it (portals since #17)
 
 
 class Node(TypedDict):
@@ -135,8 +138,8 @@ class Tenant(TypedDict):
     guaranteed_gpus: int
     gpu_cap: int | None
     user_cap: int | None
-    gpus_held: int
-    borrowed: int
+    gpus_held: float  # a share counts as its fraction (portals since #17 send a number)
+    borrowed: float
     running_jobs: int
     pending_jobs: int
     usage_gpu_hours: float | None
@@ -206,15 +209,18 @@ class Client:
         time_limit: int | None = None,
         gpu_memory: str | None = None,
         workload_class: str | None = None,
+        latency_slo_ms: int | None = None,
     ) -> Job:
         """Submit a job; the portal picks the tenant when the user belongs to exactly one. ``time_limit`` is in
         seconds (None: no limit). ``gpus`` below 1 is a share of one GPU, with an optional ``gpu_memory`` limit
-        ("16G") and ``workload_class`` (issue #17)."""
+        ("16G"), ``workload_class`` and, for an online share, ``latency_slo_ms`` (issue #17)."""
         payload = _submission(name=name, command=command, gpus=gpus, tenant=tenant, env=env, time_limit=time_limit)
         if gpu_memory is not None:
             payload["gpu_memory"] = gpu_memory
         if workload_class is not None:
             payload["workload_class"] = workload_class
+        if latency_slo_ms is not None:
+            payload["latency_slo_ms"] = latency_slo_ms
         return cast(Job, self._json("POST", "/api/v1/jobs/", json=payload))
 
     def submit_array(

@@ -17,7 +17,7 @@ from cli import render
 from cli.api import SETTLED_LOG_STATES, TERMINAL_STATES, Client, Job, LogChunk
 from cli.command_base import JsonFlag, friendly, portal_client
 from cli.errors import CliError
-from cli.job_spec import command_string, derive_name, parse_env, parse_gpus, parse_time_limit
+from cli.job_spec import command_string, derive_name, parse_env, parse_gpus, parse_latency_slo, parse_time_limit
 
 R = TypeVar("R")
 
@@ -44,6 +44,15 @@ def submit(
         str | None,
         typer.Option(
             "--class", metavar="CLASS", help="A share's class: online (protected) or offline (default; may be evicted)."
+        ),
+    ] = None,
+    latency_slo_ms: Annotated[
+        str | None,
+        typer.Option(
+            "--latency-slo-ms",
+            metavar="MS",
+            help="An online share's p99 latency target in milliseconds: above it the node evicts offline neighbours "
+            "from its GPU (the job writes its latency to $CORRAL_LATENCY_FILE). Online shares only.",
         ),
     ] = None,
     name: Annotated[
@@ -85,6 +94,7 @@ def submit(
     """
     limit = parse_time_limit(time_limit)
     asked = parse_gpus(gpus, gpu_memory=gpu_memory, workload_class=workload_class)
+    latency_slo = parse_latency_slo(latency_slo_ms, gpus=gpus, workload_class=workload_class)
     job_env = parse_env(env or [])
     job_name, job_command = name or derive_name(command), command_string(command)
     with portal_client() as client:
@@ -112,6 +122,7 @@ def submit(
             time_limit=limit,
             gpu_memory=gpu_memory,
             workload_class=workload_class,
+            latency_slo_ms=latency_slo,
         )
     if as_json:
         render.print_json(job)

@@ -97,3 +97,22 @@ def parse_gpus(gpus: float, *, gpu_memory: str | None = None, workload_class: st
     if workload_class is not None and workload_class not in ("online", "offline"):
         raise CliError(f"--class must be online or offline, got {workload_class!r}", exit_code=2)
     return int(gpus) if gpus >= 1 or float(gpus).is_integer() else float(gpus)
+
+
+def parse_latency_slo(text: str | None, *, gpus: float, workload_class: str | None) -> int | None:
+    """``--latency-slo-ms``: an online share's p99 target, a whole number of milliseconds. What the command line
+    alone can tell is checked here (a number, above 0, for ``--class online`` with a share), one line and exit code 2;
+    the portal holds the rest of the rule (its upper bound) and answers a 400 naming ``latency_slo_ms``."""
+    if text is None:
+        return None
+    try:
+        value = int(text.strip())
+    except ValueError:
+        raise CliError(f"--latency-slo-ms must be a whole number of milliseconds, got {text!r}", exit_code=2) from None
+    if value < 1:
+        raise CliError(f"--latency-slo-ms must be at least 1 millisecond, got {value}", exit_code=2)
+    if gpus >= 1 or workload_class != "online":
+        raise CliError(
+            "--latency-slo-ms is for an online share of one GPU (--gpus below 1 and --class online)", exit_code=2
+        )
+    return value

@@ -221,8 +221,8 @@ def tenants_table(overview: TenantOverview) -> Table:
             str(tenant["guaranteed_gpus"]),
             _limit(tenant["gpu_cap"]),
             _limit(tenant["user_cap"]),
-            str(tenant["gpus_held"]),
-            str(tenant["borrowed"]),
+            f"{tenant['gpus_held']:g}",  # a share of a GPU counts as its fraction (issue #17): 2.25
+            f"{tenant['borrowed']:g}",
             str(tenant["running_jobs"]),
             str(tenant["pending_jobs"]),
         ]
@@ -313,11 +313,15 @@ def _node_state(node: Node) -> Text:
 
 
 def _gpu_state(gpu: Gpu) -> Text:
-    """``free``, ``allocated``, or the GPU's health when it is not healthy (with the fault, e.g. an XID)."""
+    """``free``, ``allocated``, ``shared (3 shares)``, or the GPU's health when it is not healthy (with the fault,
+    e.g. an XID)."""
     state = gpu.get("state") or gpu.get("health") or "?"
-    styles = {"free": "green", "allocated": "cyan", "cordoned": "yellow"}
+    styles = {"free": "green", "allocated": "cyan", "shared": "cyan", "stopping": "yellow", "cordoned": "yellow"}
     text = Text(state, style=styles.get(state, "red"))
-    if state not in ("free", "allocated") and gpu.get("health_detail"):
+    if state == "shared":
+        clients = gpu.get("clients", 0)
+        text.append(f" ({clients} share{'' if clients == 1 else 's'})")
+    elif state not in ("free", "allocated") and gpu.get("health_detail"):
         text.append(f" ({gpu['health_detail']})")
     return text
 

@@ -10,7 +10,7 @@ from portal.jobs.array_spec import MAX_SPEC_CHARS
 from portal.jobs.models import WorkloadClass
 from portal.jobs.selectors import cordon_rule
 from portal.jobs.serializers import MAX_GPUS_PER_JOB
-from portal.jobs.share_spec import ShareSpec, parse_gpu_memory, parse_gpus
+from portal.jobs.share_spec import ShareSpec, parse_gpu_memory, parse_gpus, parse_latency_slo_ms
 from portal.tenants.models import Tenant
 from scheduling.core.durations import parse_duration
 
@@ -41,6 +41,14 @@ class JobSubmitForm(forms.Form):
         label="Class (shares)",
         choices=[("", "offline (default)"), ("offline", "offline"), ("online", "online")],
         help_text="Online shares are latency-critical and protected; offline shares may be evicted and requeued.",
+    )
+    latency_slo_ms = forms.CharField(
+        required=False,
+        max_length=20,
+        label="Latency target, ms (online shares)",
+        widget=forms.TextInput(attrs={"placeholder": "e.g. 50", "inputmode": "numeric"}),
+        help_text="Optional, for an online share: its p99 latency target in milliseconds. Above it the node evicts "
+        "offline neighbours from its GPU (the job writes its latency to $CORRAL_LATENCY_FILE).",
     )
     time_limit = forms.CharField(
         required=False,
@@ -94,12 +102,15 @@ class JobSubmitForm(forms.Form):
         data["gpus"], fraction = asked
         memory_text = (data.get("gpu_memory") or "").strip()
         workload_class = data.get("workload_class") or ""
+        latency_text = (data.get("latency_slo_ms") or "").strip()
         data["share"] = None
         if fraction is None:
             if memory_text:
                 self.add_error("gpu_memory", "Only a share (GPUs between 0 and 1) takes a memory limit.")
             if workload_class:
                 self.add_error("workload_class", "Only a share (GPUs between 0 and 1) has a class.")
+            if latency_text:
+                self.add_error("latency_slo_ms", "Only an online share (GPUs between 0 and 1) has a latency target.")
             return data
         if data.get("array"):
             self.add_error("gpus", "A job array's tasks take whole GPUs.")
@@ -111,7 +122,14 @@ class JobSubmitForm(forms.Form):
             except ValueError as exc:
                 self.add_error("gpu_memory", f"{str(exc)[:1].upper()}{str(exc)[1:]}.")
                 return data
-        data["share"] = ShareSpec(fraction, memory, workload_class or WorkloadClass.OFFLINE.value)
+        latency = None
+        if latency_text:  # the API's rule; that only an online share has one is check_share's, at submit
+            try:
+                latency = parse_latency_slo_ms(latency_text)
+            except ValueError as exc:
+                self.add_error("latency_slo_ms", f"{str(exc)[:1].upper()}{str(exc)[1:]}.")
+                return data
+        data["share"] = ShareSpec(fraction, memory, workload_class or WorkloadClass.OFFLINE.value, latency)
         return data
 
     def clean_command(self) -> str:

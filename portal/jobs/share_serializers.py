@@ -11,7 +11,14 @@ from rest_framework import serializers
 
 from portal.jobs.models import WorkloadClass
 from portal.jobs.share_selectors import JobShare
-from portal.jobs.share_spec import ShareSpec, parse_gpu_memory, parse_gpus
+from portal.jobs.share_spec import (
+    MAX_LATENCY_SLO_MS,
+    MIN_LATENCY_SLO_MS,
+    ShareSpec,
+    parse_gpu_memory,
+    parse_gpus,
+    parse_latency_slo_ms,
+)
 
 #: The most GPUs one job may ask for (the submit serializer and the form check it).
 MAX_GPUS_PER_JOB = 4096
@@ -106,12 +113,18 @@ class ShareSubmitFields(serializers.Serializer[dict[str, Any]]):
         "evicted and is then requeued). Shares only.",
     )
     latency_slo_ms = serializers.IntegerField(
-        min_value=1,
-        max_value=3_600_000,
+        min_value=MIN_LATENCY_SLO_MS,  # the bounds of share_spec's one rule, so the schema states them
+        max_value=MAX_LATENCY_SLO_MS,
         required=False,
         help_text="An online share's p99 latency target in milliseconds: above it the node's agent evicts offline "
         "neighbours from its GPU (the job writes its latency to $CORRAL_LATENCY_FILE). Online shares only.",
     )
+
+    def validate_latency_slo_ms(self, value: int) -> int:
+        try:
+            return parse_latency_slo_ms(value)
+        except ValueError as exc:
+            raise serializers.ValidationError(_sentence(exc)) from None
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         return share_attrs(attrs)

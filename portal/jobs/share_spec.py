@@ -27,6 +27,10 @@ _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 #: The largest memory limit anyone may write (a 1 TiB GPU is far off); keeps the column and the agent's MiB sane.
 MAX_GPU_MEMORY = 1 << 40
+#: An online share's p99 latency target, in whole milliseconds: the bounds the API, the form and the model take.
+#: An hour is far past any latency target; the bound keeps a typo (seconds meant as ms) from reading as "never".
+MIN_LATENCY_SLO_MS = 1
+MAX_LATENCY_SLO_MS = 3_600_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +60,25 @@ def parse_gpu_memory(value: object) -> int:
         raise ValueError("the GPU memory limit must be at least 1M")
     if number > MAX_GPU_MEMORY:
         raise ValueError("the GPU memory limit may be at most 1T")
+    return number
+
+
+def parse_latency_slo_ms(value: object) -> int:
+    """``latency_slo_ms`` as submitted: a whole number of milliseconds from :data:`MIN_LATENCY_SLO_MS` to
+    :data:`MAX_LATENCY_SLO_MS`. Raises ``ValueError`` with a readable message (the words the API's field says).
+    Whether the job may have one at all (an online share) is :func:`check_share`'s."""
+    if isinstance(value, bool):
+        raise ValueError("a valid integer is required")
+    try:
+        number = int(value.strip()) if isinstance(value, str) else value
+    except ValueError:
+        raise ValueError("a valid integer is required") from None
+    if not isinstance(number, int):
+        raise ValueError("a valid integer is required")
+    if number < MIN_LATENCY_SLO_MS:
+        raise ValueError(f"ensure this value is greater than or equal to {MIN_LATENCY_SLO_MS}")
+    if number > MAX_LATENCY_SLO_MS:
+        raise ValueError(f"ensure this value is less than or equal to {MAX_LATENCY_SLO_MS}")
     return number
 
 

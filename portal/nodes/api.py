@@ -13,7 +13,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from portal.nodes.models import Gpu, Node
-from portal.nodes.selectors import fenced_gpu_counts, gpu_holders, stopping_gpu_ids
+from portal.nodes.selectors import fenced_gpu_counts, gpu_holders, share_client_counts, stopping_gpu_ids
 from portal.nodes.serializers import NodeSerializer, ReleaseFencedReplySerializer
 from portal.nodes.services import node_release_fenced
 
@@ -30,6 +30,7 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet[Node]):
         context["busy"] = gpu_holders()
         context["stopping"] = stopping_gpu_ids()
         context["fenced"] = fenced_gpu_counts()
+        context["clients"] = share_client_counts()
         return context
 
     @extend_schema(request=None, responses={200: ReleaseFencedReplySerializer})

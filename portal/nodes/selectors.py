@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from django.db.models import QuerySet
+from django.db.models import Count, QuerySet
 
 from portal.jobs.models import Allocation
 from portal.jobs.selectors import fenced_allocations, stopping_allocations
@@ -16,6 +16,19 @@ def gpu_holders() -> dict[int, int]:
     """Which job holds each allocated GPU right now: GPU id -> job id. The one definition of a busy GPU (an
     allocation not yet released) that every page and the API use. One query."""
     return dict(Allocation.objects.filter(released_at__isnull=True).values_list("gpu_id", "job_id"))
+
+
+def share_client_counts() -> dict[int, int]:
+    """GPU id -> the shares (issue #17) holding it now, stopping ones included as :func:`gpu_holders` includes them;
+    GPUs without a share are absent. What tells a shared GPU's state from a whole GPU's. One query."""
+    rows = (
+        Allocation.objects.filter(released_at__isnull=True, compute_percent__isnull=False)
+        .values("gpu_id")
+        .annotate(n=Count("id"))
+        .order_by()
+        .values_list("gpu_id", "n")
+    )
+    return dict(rows)
 
 
 def present_gpu_count(*, whole_only: bool = False) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from portal.api.serializers import BIGINT_MAX, INT_MAX
@@ -14,7 +15,11 @@ from portal.nodes.models import Gpu, Node
 
 class GpuSerializer(serializers.ModelSerializer[Gpu]):
     job = serializers.SerializerMethodField()
-    state = serializers.SerializerMethodField()
+    state = serializers.SerializerMethodField(
+        help_text="free, allocated (one job holds it whole), shared (shares of it run now: see clients), stopping, "
+        "or its health when not healthy."
+    )
+    clients = serializers.SerializerMethodField(help_text="Shares of this GPU running now (issue #17); 0: none.")
 
     class Meta:
         model = Gpu
@@ -28,17 +33,29 @@ class GpuSerializer(serializers.ModelSerializer[Gpu]):
             "state",
             "job",
             "shared",
+            "clients",
             "max_clients",
         ]
 
     def get_job(self, gpu: Gpu) -> int | None:
+        """The job holding it whole; null for a free GPU and for a shared one, whose several jobs the node page
+        lists (``clients`` counts them)."""
+        if self.get_clients(gpu) > 0:
+            return None
         busy: dict[int, int] = self.context.get("busy", {})  # GPU id -> job id, from NodeViewSet
         return busy.get(gpu.pk)
 
+    def get_clients(self, gpu: Gpu) -> int:
+        clients: dict[int, int] = self.context.get("clients", {})  # GPU id -> shares holding it, from NodeViewSet
+        return clients.get(gpu.pk, 0)
+
     def get_state(self, gpu: Gpu) -> str:
-        """``stopping``: held by an attempt that is over, until its processes are confirmed gone (issue #15)."""
+        """``stopping``: held by an attempt that is over, until its processes are confirmed gone (issue #15).
+        ``shared``: several jobs may hold it at once, each a share (issue #17), so it is not one job's."""
         if gpu.health != "healthy":
             return gpu.health
+        if self.get_clients(gpu) > 0:
+            return "shared"
         if gpu.pk in self.context.get("stopping", set()):
             return "stopping"
         return "allocated" if gpu.pk in self.context.get("busy", {}) else "free"
@@ -72,6 +89,7 @@ class NodeSerializer(serializers.ModelSerializer[Node]):
         fenced: dict[int, int] = self.context.get("fenced", {})
         return fenced.get(node.pk, 0)
 
+    @extend_schema_field(GpuSerializer(many=True))  # so the schema states each GPU's fields, ``clients`` included
     def get_gpus(self, node: Node) -> list[dict[str, Any]]:
         gpus = [g for g in node.gpus.all() if g.present]
         # many=True makes a ListSerializer, whose .data is a list; the stubs type every .data as ReturnDict.

@@ -6,8 +6,8 @@ over every tenant, as the scheduler computes it: a member sees their tenant's tr
 among the tenants they happen to belong to. Other tenants' slugs and usage are not shown, only how many there are.
 
 A fixed number of queries whatever the number of tenants: one for the visible tenants and their quotas, two for
-every tenant's limits (``tenant_limits``), one for decayed usage (when fair share is on), one for GPUs held and
-one for job counts, both aggregated per tenant by the database.
+every tenant's limits (``tenant_limits``), one for decayed usage (when fair share is on), one for GPUs held (a share
+as its fraction, as the caps count it) and one for job counts, both aggregated by the database.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING
 from django.conf import settings
 from django.db.models import Count
 
-from portal.jobs.models import ACTIVE_STATES, Allocation, Job
+from portal.jobs.models import ACTIVE_STATES, Job
+from portal.jobs.share_selectors import gpu_use_by_user
 from portal.tenants.models import Tenant
 from portal.tenants.selectors import fair_share_half_life, tenant_limits, usage_history
 from scheduling.core.fairshare import Standing, standings
@@ -71,18 +72,18 @@ class TenantRow:
     gpu_cap: int | None
     user_cap: int | None
     max_active_jobs: int | None
-    gpus_held: int
+    gpus_held: float
     running_jobs: int
     pending_jobs: int
     fair_share: FairShareStanding | None
 
     @property
-    def in_guarantee(self) -> int:
+    def in_guarantee(self) -> float:
         """GPUs held within its guarantee: these it keeps whatever others want."""
         return min(self.gpus_held, self.guaranteed_gpus)
 
     @property
-    def borrowed(self) -> int:
+    def borrowed(self) -> float:
         """GPUs held beyond its guarantee: idle quota lent to it, which a tenant under its guarantee may reclaim."""
         return max(0, self.gpus_held - self.guaranteed_gpus)
 
@@ -123,13 +124,7 @@ def tenant_overview(*, user: User | AnonymousUser, now: datetime) -> TenantOverv
     rows: tuple[TenantRow, ...] = ()
     if visible:
         ids = [pk for pk, *_ in visible]
-        held = dict(
-            Allocation.objects.filter(released_at__isnull=True, job__tenant_id__in=ids)
-            .values("job__tenant_id")
-            .annotate(n=Count("id"))
-            .order_by()
-            .values_list("job__tenant_id", "n")
-        )
+        held = _gpus_held()
         jobs = {
             (tenant_id, state): n
             for tenant_id, state, n in Job.objects.filter(state__in=ACTIVE_STATES, tenant_id__in=ids)
@@ -147,7 +142,7 @@ def tenant_overview(*, user: User | AnonymousUser, now: datetime) -> TenantOverv
                 gpu_cap=cap,
                 user_cap=user_cap,
                 max_active_jobs=max_active,
-                gpus_held=held.get(pk, 0),
+                gpus_held=held.get(slug, 0),
                 running_jobs=jobs.get((pk, JobState.RUNNING.value), 0),
                 pending_jobs=jobs.get((pk, JobState.PENDING.value), 0),
                 fair_share=fair.get(slug) if fair is not None else None,
@@ -160,6 +155,15 @@ def tenant_overview(*, user: User | AnonymousUser, now: datetime) -> TenantOverv
         half_life_hours=half_life / HOUR if half_life is not None else None,
         tenants=rows,
     )
+
+
+def _gpus_held() -> dict[str, float]:
+    """GPUs each tenant's jobs hold now, by slug, counted as the caps count them (``gpu_use_by_user``): a share of a
+    GPU (issue #17) as its fraction, a whole GPU as 1. Rounded to 1e-9 so four 0.25 shares read as 1, not 0.999..."""
+    held: dict[str, float] = {}
+    for (slug, _user), n in gpu_use_by_user().items():
+        held[slug] = held.get(slug, 0.0) + n
+    return {slug: round(n, 9) for slug, n in held.items()}
 
 
 def _standings(now: datetime) -> dict[str, FairShareStanding] | None:

@@ -20,9 +20,11 @@ class TenantRowSerializer(serializers.Serializer[TenantRow]):
     max_active_jobs = serializers.IntegerField(
         allow_null=True, help_text="The most jobs pending or running at once; null: no limit."
     )
-    gpus_held = serializers.IntegerField(help_text="GPUs its jobs hold now.")
-    in_guarantee = serializers.IntegerField(help_text="Of those, within its guarantee: min(held, guaranteed).")
-    borrowed = serializers.IntegerField(help_text="Of those, beyond its guarantee: max(0, held - guaranteed).")
+    gpus_held = serializers.FloatField(
+        help_text="GPUs its jobs hold now, a share of a GPU counted as its fraction (0.25), as the caps count it."
+    )
+    in_guarantee = serializers.FloatField(help_text="Of those, within its guarantee: min(held, guaranteed).")
+    borrowed = serializers.FloatField(help_text="Of those, beyond its guarantee: max(0, held - guaranteed).")
     running_jobs = serializers.IntegerField()
     pending_jobs = serializers.IntegerField()
     # Null when fair share is off: a missing ``fair_share`` reads as null through ``allow_null``.

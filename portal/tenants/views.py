@@ -16,7 +16,6 @@ from django.utils import timezone
 
 from portal.tenants.overview import TenantRow, tenant_overview
 from portal.web.templatetags.numbers import gpu_hours, percent
-from scheduling.core.model import gpu_count
 from scheduling.core.policies import QUOTA_SUFFIX
 
 HOURS_PER_WEEK = 168.0
@@ -57,14 +56,19 @@ def half_life_words(hours: float) -> str:
     return _count(hours, "hour")
 
 
+def _gpus(n: float) -> str:
+    """``1 GPU``, ``3 GPUs``, ``0.25 GPU``: a share of a GPU counts as its fraction (issue #17)."""
+    return f"{n:g} GPU" if n <= 1 else f"{n:g} GPUs"
+
+
 def _held(row: TenantRow) -> str:
     if row.gpus_held == 0:
         return "no GPUs"
     if row.guaranteed_gpus == 0:
-        return f"{gpu_count(row.gpus_held)}, all borrowed"
+        return f"{_gpus(row.gpus_held)}, all borrowed"
     if row.borrowed == 0:
-        return f"{gpu_count(row.gpus_held)}, within its guarantee"
-    return f"{gpu_count(row.gpus_held)}: {row.in_guarantee} within its guarantee, borrows {row.borrowed}"
+        return f"{_gpus(row.gpus_held)}, within its guarantee"
+    return f"{_gpus(row.gpus_held)}: {row.in_guarantee:g} within its guarantee, borrows {row.borrowed:g}"
 
 
 def _ratio(ratio: float) -> str:

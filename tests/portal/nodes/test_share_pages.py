@@ -36,6 +36,14 @@ def test_the_job_page_says_which_gpu_it_shares_and_with_what(world: World, clien
     }  # fmt: skip
 
 
+def test_the_job_list_shows_a_share_as_its_fraction(world: World, client: Client) -> None:
+    _two_shares(world)
+    client.force_login(world.eve)
+    table = client.get("/jobs/").content.decode()
+    assert '<td>0.5 <small class="muted">share</small></td>' in table
+    assert '<td>0.1 <small class="muted">share</small></td>' in table
+
+
 def test_the_node_page_lists_shares_and_evictions_and_metrics_count_them(world: World, client: Client) -> None:
     online, offline = _two_shares(world)
     assert offline.state == "running"
