@@ -14,7 +14,7 @@ from django.db.models import Count
 
 from portal.jobs.models import Allocation
 from portal.nodes.models import Gpu, GpuHealth, NodeState
-from portal.nodes.selectors import present_gpu_count
+from portal.nodes.selectors import present_gpu_split
 from portal.tenants.models import Quota, Tenant
 
 if TYPE_CHECKING:
@@ -85,5 +85,5 @@ def submit_outlook(*, user: User, tenants: list[Tenant]) -> SubmitOutlook:
         .exclude(pk__in=Allocation.objects.filter(released_at__isnull=True).values("gpu_id"))
         .count()
     )
-    whole = present_gpu_count(whole_only=True)
-    return SubmitOutlook(tenants=standings, cluster_gpus=whole, free_gpus=free, shared_gpus=present_gpu_count() - whole)
+    whole, shared = present_gpu_split()
+    return SubmitOutlook(tenants=standings, cluster_gpus=whole, free_gpus=free, shared_gpus=shared)

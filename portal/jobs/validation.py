@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from portal.errors import ClusterTooSmall, OverQuota, QuotaExceeded, ValidationFailed
 from portal.jobs.models import ACTIVE_STATES, MAX_TIME_LIMIT, Job
-from portal.nodes.selectors import cluster_has_gpus, present_gpu_count
+from portal.nodes.selectors import cluster_has_gpus, present_gpu_split
 from portal.tenants.models import Membership, Quota, Role, Tenant
 from scheduling.core.durations import format_duration
 
@@ -113,8 +113,7 @@ def check_fits(*, tenant: Tenant, gpus: int, quota: Quota | None, whole_gpus: bo
     # A share (``whole_gpus`` False) is checked against the shared GPUs by ``check_share``; whole-GPU jobs count
     # only the GPUs that take them, so a cluster whose GPUs are all shared does not keep a whole job waiting forever.
     if whole_gpus and not cluster_has_gpus(gpus):  # cheap whatever the cluster's size; the count for the words
-        cluster_gpus = present_gpu_count(whole_only=True)
-        shared = present_gpu_count() - cluster_gpus
+        cluster_gpus, shared = present_gpu_split()
         if gpus > cluster_gpus:
             words = f" for whole-GPU jobs ({shared} more take only shares)" if shared else ""
             raise ClusterTooSmall(f"the cluster has {cluster_gpus} GPUs{words}; this job asks for {gpus}", field="gpus")

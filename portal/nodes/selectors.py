@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from django.db.models import Count, QuerySet
+from django.db.models import Count, Q, QuerySet
 
 from portal.jobs.models import Allocation
 from portal.jobs.selectors import fenced_allocations, stopping_allocations
@@ -36,6 +36,14 @@ def present_gpu_count(*, whole_only: bool = False) -> int:
     ``whole_only``, only those that take whole-GPU jobs: a GPU an admin marked shared takes only shares (#17)."""
     gpus = Gpu.objects.filter(present=True)
     return (gpus.filter(shared=False) if whole_only else gpus).count()
+
+
+def present_gpu_split() -> tuple[int, int]:
+    """(GPUs that take whole-GPU jobs, GPUs marked shared) among those :func:`present_gpu_count` counts. One query."""
+    counts = Gpu.objects.filter(present=True).aggregate(
+        whole=Count("pk", filter=Q(shared=False)), shared=Count("pk", filter=Q(shared=True))
+    )
+    return counts["whole"], counts["shared"]
 
 
 def cluster_has_gpus(count: int) -> bool:
