@@ -166,6 +166,18 @@ class Job(models.Model):
         default=0, help_text="MPS server faults whose logs named this job's process."
     )
     mps_culprit = models.BooleanField(default=False, help_text="Named by MPS faults repeatedly: kept off shared GPUs.")
+    # Elastic jobs (issue #19): ``gpus`` is the guaranteed minimum, ``max_gpus`` the most it may grow to when GPUs
+    # are idle; None is an inelastic job. A resize restarts the job from its checkpoint at ``resize_to`` GPUs.
+    max_gpus = models.PositiveIntegerField(null=True, blank=True, help_text="An elastic job's largest size.")
+    resize_to = models.PositiveIntegerField(
+        null=True, blank=True, help_text="The size an elastic job's next attempt starts at; empty: its minimum."
+    )
+    resize_requested_at = models.DateTimeField(
+        null=True, blank=True, help_text="When a resize of the running attempt asked its processes to checkpoint."
+    )
+    scaling = models.JSONField(
+        null=True, blank=True, help_text='Measured speedups by size, e.g. {"1": 1, "4": 3.6}; empty: default curve.'
+    )
 
     objects = JobQuerySet.as_manager()
 
@@ -206,6 +218,16 @@ class Job(models.Model):
             ),
             models.CheckConstraint(
                 condition=Q(workload_class__in=WorkloadClass.values), name="%(app_label)s_%(class)s_class_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(max_gpus__isnull=True)
+                | Q(max_gpus__gte=F("gpus"), gpu_fraction__isnull=True, array__isnull=True),
+                name="%(app_label)s_%(class)s_max_gpus_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(resize_to__isnull=True)
+                | Q(max_gpus__isnull=False, resize_to__gte=F("gpus"), resize_to__lte=F("max_gpus")),
+                name="%(app_label)s_%(class)s_resize_within_range",
             ),
             # Also the index that ?array= lists and the %N limit read an array's tasks through, in index order.
             models.UniqueConstraint(

@@ -7,11 +7,21 @@ import hashlib
 from django.db import models
 from django.db.models import Q
 
+from scheduling.core.loan import TRAINING, takes_work
+
 
 class NodeState(models.TextChoices):
     UP = "up", "Up"
     DRAINING = "draining", "Draining"  # an admin asked for no new work; running jobs finish
     DOWN = "down", "Down"  # no heartbeat within the timeout (or never registered)
+
+
+class NodePower(models.TextChoices):
+    """Energy saving (issue #19): whether the site's power command has switched the node off."""
+
+    ON = "on", "On"
+    OFF = "off", "Powered down"  # switched off through CORRAL_POWER_OFF_COMMAND
+    WAKING = "waking", "Waking"  # CORRAL_POWER_ON_COMMAND ran; on again once its agent registers
 
 
 class Node(models.Model):
@@ -31,15 +41,39 @@ class Node(models.Model):
     share_new_gpus = models.BooleanField(
         default=False, help_text="GPUs this node registers for the first time take shares under MPS (issue #17)."
     )
+    # Loanable pools (issue #19): a node of a pool other than "training" belongs to a serving system and takes
+    # Corral's work only while lent, and not once a reclaim has chosen it (``returning``).
+    pool = models.SlugField(max_length=50, default=TRAINING, db_index=True, help_text="training, or a loanable pool.")
+    lent = models.BooleanField(default=False, help_text="A loanable pool's node lent to training now.")
+    returning = models.BooleanField(default=False, help_text="Chosen by a reclaim: no new work, given back once empty.")
+    power = models.CharField(max_length=8, choices=NodePower.choices, default=NodePower.ON)
+    power_changed_at = models.DateTimeField(null=True, blank=True)
+    power_detail = models.CharField(max_length=255, blank=True, help_text="Why, or what the power command said.")
 
     class Meta:
         ordering = ["name"]
         constraints = [
             models.CheckConstraint(condition=Q(state__in=NodeState.values), name="%(app_label)s_%(class)s_state_valid"),
+            models.CheckConstraint(condition=Q(power__in=NodePower.values), name="%(app_label)s_%(class)s_power_valid"),
+            # Corral's own nodes are never lent or reclaimed; a node is given back only while lent.
+            models.CheckConstraint(
+                condition=~Q(pool=TRAINING) | Q(lent=False, returning=False),
+                name="%(app_label)s_%(class)s_own_not_lent",
+            ),
+            models.CheckConstraint(
+                condition=Q(returning=False) | Q(lent=True), name="%(app_label)s_%(class)s_returning_is_lent"
+            ),
         ]
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def takes_new_work(self) -> bool:
+        """The one rule for whether rounds may place work here: up, powered on, and Corral's own or lent (and not
+        being given back)."""
+        on_loan = takes_work(self.pool, self.name, [self.name] if self.lent and not self.returning else [])
+        return self.state == NodeState.UP and self.power == NodePower.ON and on_loan
 
     @staticmethod
     def hash_token(token: str) -> str:

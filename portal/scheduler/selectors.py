@@ -16,7 +16,7 @@ from datetime import datetime
 from portal.jobs.array_selectors import array_tasks_held_back
 from portal.jobs.selectors import jobs_awaiting_previous_attempt, stopping_holds
 from portal.jobs.share_selectors import gpu_use_by_user
-from portal.nodes.models import GpuHealth, Node, NodeState
+from portal.nodes.models import GpuHealth, Node
 from portal.nodes.selectors import gpu_holders, gpus_present_on, nodes_not_down
 from portal.scheduler.job_views import active_job_views
 from portal.tenants.selectors import tenant_limits, usage_history
@@ -71,7 +71,7 @@ def build_snapshot(*, now: datetime, fair_share: bool = False) -> LiveSnapshot:
             total_gpus=totals[n.pk],
             free_gpus=tuple(sorted(free[n.pk], key=gpu_index.__getitem__)),
             rack=n.rack,
-            schedulable=n.state == NodeState.UP,
+            schedulable=n.takes_new_work,
             short_only=tuple(sorted(cordoned[n.pk])),
         )
         for n in nodes

@@ -29,7 +29,7 @@ from django.conf import settings
 
 from portal.jobs.share_selectors import PendingShare, gpu_use_by_user, pending_shares, share_holds, whole_gpu_holders
 from portal.jobs.share_services import ShareWait, gib, job_start_share, jobs_set_share_wait_reasons
-from portal.nodes.models import GpuHealth, Node, NodeState
+from portal.nodes.models import GpuHealth, Node
 from portal.nodes.selectors import GpuInventoryRow, gpus_present_on
 from portal.scheduler.selectors import LiveSnapshot
 from portal.telemetry.selectors import recent_gpu_util
@@ -83,7 +83,7 @@ def _shared_gpus(live: LiveSnapshot, now: float) -> tuple[list[SharedGpuState], 
     found: list[tuple[SharedGpu, tuple[ShareTenant, ...], _Slot]] = []
     for row in gpus_present_on(nodes=list(nodes.values())):
         node = nodes[row.node_id]
-        if not row.shared or row.health != GpuHealth.HEALTHY or node.state != NodeState.UP:
+        if not row.shared or row.health != GpuHealth.HEALTHY or not node.takes_new_work:
             continue
         try:
             gpu = SharedGpu(
