@@ -172,9 +172,12 @@ class Job(models.Model):
     resize_to = models.PositiveIntegerField(
         null=True, blank=True, help_text="The size an elastic job's next attempt starts at; empty: its minimum."
     )
-    resize_requested_at = models.DateTimeField(
-        null=True, blank=True, help_text="When a resize of the running attempt asked its processes to checkpoint."
+    # A stop with notice (a resize, a reclaimed node): the running attempt's processes were sent the checkpoint
+    # signal and the attempt is requeued at ``stop_due_at`` (portal.jobs.elastic_services.jobs_stop_due).
+    stop_due_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the running attempt is stopped, after its checkpoint signal."
     )
+    stop_reason = models.CharField(max_length=255, blank=True, help_text="Why it is stopped at stop_due_at.")
     scaling = models.JSONField(
         null=True, blank=True, help_text='Measured speedups by size, e.g. {"1": 1, "4": 3.6}; empty: default curve.'
     )
@@ -279,6 +282,8 @@ class EventKind(models.TextChoices):
     CANCELLED = "cancelled", "Cancelled"
     REQUEUED = "requeued", "Requeued"
     PREEMPTED = "preempted", "Preempted"
+    STOP_SCHEDULED = "stop_scheduled", "Asked to checkpoint before a stop"
+    RESIZED = "resized", "Stopped to resize"
 
 
 class JobEvent(models.Model):

@@ -285,6 +285,13 @@ _ACTIVE = (JobState.PENDING.value, JobState.RUNNING.value)
 _IN_LIST_MAX = 2000
 
 
+def attempt_size(job: Job) -> int:
+    """GPUs the job's current attempt holds (or held): its minimum, unless it is elastic (issue #19, one query)."""
+    if job.max_gpus is None:
+        return job.gpus
+    return Allocation.objects.filter(job=job, attempt=job.attempt).count() or job.gpus
+
+
 def active_job_rows() -> list[ActiveJobRow]:
     """Every pending and running job's changing columns. One query, no model instances and no datetime objects:
     at 50,000 pending jobs this is a tenth of what loading them as models costs."""

@@ -26,7 +26,7 @@ from portal.jobs.models import (
     TaskState,
 )
 from portal.jobs.outcome import exit_words
-from portal.jobs.selectors import jobs_awaiting_previous_attempt
+from portal.jobs.selectors import attempt_size, jobs_awaiting_previous_attempt
 from portal.jobs.share_spec import ShareSpec, check_share, share_columns
 from portal.jobs.validation import admit_submission, default_job_name, may_manage, validate_spec
 from portal.jobs.waiting import jobs_set_wait_reasons
@@ -62,6 +62,7 @@ def job_transition(job: Job, target: JobState, *, kind: str, actor: str, reason:
     check_transition(current, target)
     now = timezone.now()
     job.state = target.value
+    job.stop_due_at, job.stop_reason = None, ""  # a notice (elastic_services) is about the attempt that ends here
     if target is JobState.RUNNING:
         job.started_at = now
         job.reason_code, job.reason = "", ""
@@ -238,7 +239,7 @@ def job_requeue(job: Job, *, actor: str, reason: str, hardware: bool, kind: Even
             _kick_scheduler()  # its quota and any GPUs its exited ranks held are free for others
             return job
     if job.started_at is not None:
-        job.attained_service += job.gpus * max(0.0, (timezone.now() - job.started_at).total_seconds())
+        job.attained_service += attempt_size(job) * max(0.0, (timezone.now() - job.started_at).total_seconds())
     job.started_at = None
     job_transition(job, JobState.PENDING, kind=kind, actor=actor, reason=reason)
     _kick_scheduler()
@@ -379,7 +380,7 @@ def job_reopen_after_hardware_fault(job: Job, *, blame: XidBlame, actor: str) ->
     check_reopen(current, JobState.PENDING)
     reason = f"its exit code {job.exit_code} came {blame.gap(job.finished_at)} {blame.words()}: a hardware failure"
     if job.started_at is not None:
-        job.attained_service += job.gpus * max(0.0, (job.finished_at - job.started_at).total_seconds())
+        job.attained_service += attempt_size(job) * max(0.0, (job.finished_at - job.started_at).total_seconds())
     job.hardware_retries += 1
     job.state = JobState.PENDING.value
     job.exit_code = None
