@@ -53,6 +53,8 @@ class Job(TypedDict):
     gpu_fraction: NotRequired[float | None]  # a share of one GPU (portals since #17)
     workload_class: NotRequired[str]
     latency_slo_ms: NotRequired[int | None]  # an online share's p99 target
+    max_gpus: NotRequired[int | None]  # an elastic job's largest size (issue #19)
+    size: NotRequired[int]  # GPUs it holds now, or starts with next
     share: NotRequired[dict[str, Any] | None]  # where a running share runs, and with what share
     hardware_retries: NotRequired[int]
     time_limit: NotRequired[int | None]
@@ -157,6 +159,42 @@ class TenantOverview(TypedDict):
     tenants: list[Tenant]
 
 
+class Pool(TypedDict):
+    """A loanable pool as ``GET /api/v1/pools/`` lists it (issue #19)."""
+
+    name: str
+    nodes: list[str]
+    lent: list[str]
+    returning: list[str]
+    open_reclaims: list[int]
+
+
+class LendReply(TypedDict):
+    """``POST /api/v1/pools/{pool}/lend/``: the nodes this call lent, and every node of the pool lent now."""
+
+    pool: str
+    newly_lent: list[str]
+    lent: list[str]
+
+
+class Reclaim(TypedDict):
+    """A reclaim as ``POST /api/v1/pools/{pool}/reclaim/`` answers it: the nodes Corral gives back, and how."""
+
+    id: int
+    pool: str
+    count: int
+    deadline_seconds: float
+    deadline_at: str
+    nodes: list[str]
+    shrunk: dict[str, int]
+    preempted: list[int]
+    cost_gpu_seconds: float
+    returned: dict[str, str]
+    forced: list[str]
+    late: bool
+    finished: bool
+
+
 @dataclass(frozen=True, slots=True)
 class LogChunk:
     """Bytes of a job's log from some offset, where to ask next, and the job's state and its output's (``log_state``:
@@ -210,6 +248,7 @@ class Client:
         gpu_memory: str | None = None,
         workload_class: str | None = None,
         latency_slo_ms: int | None = None,
+        max_gpus: int | None = None,
     ) -> Job:
         """Submit a job; the portal picks the tenant when the user belongs to exactly one. ``time_limit`` is in
         seconds (None: no limit). ``gpus`` below 1 is a share of one GPU, with an optional ``gpu_memory`` limit
@@ -221,6 +260,8 @@ class Client:
             payload["workload_class"] = workload_class
         if latency_slo_ms is not None:
             payload["latency_slo_ms"] = latency_slo_ms
+        if max_gpus is not None:
+            payload["max_gpus"] = max_gpus  # an elastic job (issue #19)
         return cast(Job, self._json("POST", "/api/v1/jobs/", json=payload))
 
     def submit_array(
@@ -353,6 +394,26 @@ class Client:
         if not isinstance(body, dict) or not isinstance(body.get("tenants"), list):
             raise CliError(f"the portal at {self.url} sent an unexpected answer for /api/v1/tenants/")
         return cast(TenantOverview, body)
+
+    def list_pools(self) -> list[Pool]:
+        """The loanable pools (admins only)."""
+        body = self._json("GET", "/api/v1/pools/")
+        if not isinstance(body, list):
+            raise CliError(f"the portal at {self.url} sent an unexpected answer for /api/v1/pools/")
+        return cast(list[Pool], body)
+
+    def lend_nodes(self, pool: str, nodes: Sequence[str]) -> LendReply:
+        """Lend ``nodes`` of ``pool`` to training (admins only)."""
+        missing = f"no pool named {pool!r}: no node belongs to it"
+        body = self._json("POST", f"/api/v1/pools/{pool}/lend/", json={"nodes": list(nodes)}, not_found=missing)
+        return cast(LendReply, body)
+
+    def reclaim_nodes(self, pool: str, count: int, deadline_seconds: float) -> Reclaim:
+        """Take ``count`` lent nodes of ``pool`` back within ``deadline_seconds`` (admins only)."""
+        missing = f"no pool named {pool!r}: no node belongs to it"
+        wanted = {"count": count, "deadline_seconds": deadline_seconds}
+        body = self._json("POST", f"/api/v1/pools/{pool}/reclaim/", json=wanted, not_found=missing)
+        return cast(Reclaim, body)
 
     # -- plumbing ----------------------------------------------------------------------------------------------
 

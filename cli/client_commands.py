@@ -13,9 +13,11 @@ import typer
 from cli.account_commands import login, logout
 from cli.cluster_commands import history, nodes, tenants
 from cli.job_commands import cancel, jobs, logs, show, submit
+from cli.pool_commands import pools_app
 
 
 def register(app: typer.Typer) -> None:
     """Add the portal commands to the ``corral`` app (called by ``cli.main``)."""
     for fn in (login, logout, submit, jobs, show, logs, cancel, nodes, tenants, history):
         app.command(fn.__name__)(fn)
+    app.add_typer(pools_app, name="pools")  # issue #19: list, lend, reclaim

@@ -36,6 +36,15 @@ def submit(
             "--gpus", "-g", help="GPUs the job needs: whole GPUs, or a share of one GPU such as 0.25 (run under MPS)."
         ),
     ] = 1,
+    max_gpus: Annotated[
+        int | None,
+        typer.Option(
+            "--max-gpus",
+            metavar="N",
+            help="An elastic job: it always gets --gpus and may grow to N GPUs while GPUs are idle; a resize "
+            "restarts it from its checkpoint (SIGUSR1 first) with $CORRAL_GPUS and WORLD_SIZE of the new size.",
+        ),
+    ] = None,
     gpu_memory: Annotated[
         str | None,
         typer.Option("--gpu-memory", metavar="SIZE", help="A share's GPU memory limit, like 16G (shares only)."),
@@ -89,6 +98,8 @@ def submit(
 
     Example: corral submit --gpus 2 --time-limit 4h -e WANDB_MODE=offline -- python train.py --epochs 10
 
+    Example: corral submit --gpus 2 --max-gpus 8 -- 'torchrun --nproc-per-node $CORRAL_NODE_GPUS train.py' (elastic)
+
     Example: corral submit --array 0-999%50 -- 'python sweep.py --trial $CORRAL_ARRAY_TASK_ID' (one quoted word, so
     the node's shell expands the variable)
     """
@@ -97,6 +108,8 @@ def submit(
     latency_slo = parse_latency_slo(latency_slo_ms, gpus=gpus, workload_class=workload_class)
     job_env = parse_env(env or [])
     job_name, job_command = name or derive_name(command), command_string(command)
+    if max_gpus is not None and (max_gpus < 1 or array is not None):
+        raise CliError("--max-gpus needs a whole number of GPUs of at least 1, and no --array", exit_code=2)
     with portal_client() as client:
         if array is not None:  # the portal checks the spec: a bad one is a 400 naming `array`, shown as one line
             job_array = client.submit_array(
@@ -123,6 +136,7 @@ def submit(
             gpu_memory=gpu_memory,
             workload_class=workload_class,
             latency_slo_ms=latency_slo,
+            max_gpus=max_gpus,
         )
     if as_json:
         render.print_json(job)

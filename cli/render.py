@@ -99,10 +99,14 @@ def jobs_table(jobs: Sequence[Job]) -> Table:
 
 
 def _gpus(job: Job) -> str:
-    """``2``, or for a share of one GPU (issue #17) ``0.25 of one GPU (online)``."""
+    """``2``; for a share of one GPU (issue #17) ``0.25 of one GPU (online)``; for an elastic job (issue #19)
+    ``6 now (elastic: 2 to 8)``."""
     fraction = job.get("gpu_fraction")
     if fraction:
         return f"{fraction:g} of one GPU ({job.get('workload_class') or 'offline'})"
+    most = job.get("max_gpus")
+    if most:  # elastic (issue #19): its range, and where it is in it
+        return f"{job.get('size', job.get('gpus'))} now (elastic: {job.get('gpus')} to {most})"
     return str(job.get("gpus", ""))
 
 

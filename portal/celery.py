@@ -20,8 +20,12 @@ def _periodic_tasks(sender: Celery, **_: object) -> None:
 
     from portal.queue import (
         BEAT_ROUND,
+        ENERGY_PLAN,
+        ENERGY_TICK,
+        ENERGY_TRAIN,
         PRUNE_ROUNDS,
         PRUNE_SAMPLES,
+        RECLAIMS_PROGRESS,
         REFRESH_START_FORECASTS,
         ROLLUP_SAMPLES,
         SCORE_GPUS,
@@ -39,6 +43,9 @@ def _periodic_tasks(sender: Celery, **_: object) -> None:
     # 1.3 x CORRAL_NODE_TIMEOUT.
     sweep = min(10.0, max(1.0, settings.CORRAL_NODE_TIMEOUT / 3))
     sender.add_periodic_task(sweep, _task(SWEEP_NODES), expires=sweep, name="sweep-nodes")
+    # Reclaims of lent nodes (issue #19): hand back the emptied nodes, and the rest at their deadline; at the
+    # round's cadence, so a node is back within a few seconds of its last job leaving. One run replaces the next.
+    sender.add_periodic_task(every, _task(RECLAIMS_PROGRESS), expires=every, name="pools-reclaims")
     # Start forecasts for pending jobs: a look ahead with the live policy, much heavier than a round, so it has
     # its own slower cadence; each run replaces the last, so it expires after one period.
     forecast = settings.CORRAL_FORECAST_EVERY
@@ -61,6 +68,13 @@ def _periodic_tasks(sender: Celery, **_: object) -> None:
     sender.add_periodic_task(notify, _task(SWEEP_NOTIFICATIONS), expires=notify, name="notifications-sweep")
     # Sliding retraining of the failure predictor on the latest window: daily, seconds to minutes of one core.
     sender.add_periodic_task(86_400.0, _task(TRAIN_FAILURE_MODEL), expires=3600.0, name="telemetry-train")
+    # Energy saving (docs/energy.md): a demand sample each minute (with power states reconciled and nodes woken for
+    # waiting jobs when it is on); the planner once a 10-minute step, its unit of decision; the forecaster retrained
+    # every CORRAL_ENERGY_TRAIN_HOURS. Each replaces the last, so each expires after one period.
+    sender.add_periodic_task(60.0, _task(ENERGY_TICK), expires=60.0, name="energy-tick")
+    sender.add_periodic_task(600.0, _task(ENERGY_PLAN), expires=600.0, name="energy-plan")
+    train = settings.CORRAL_ENERGY_TRAIN_HOURS * 3600.0
+    sender.add_periodic_task(train, _task(ENERGY_TRAIN), expires=train, name="energy-train")
 
 
 def _task(name: str) -> Signature[Any]:  # a task by name: its result type is unknown here

@@ -33,6 +33,12 @@ SWEEP_WHATIF_RUNS = "whatif.sweep_runs"
 #: Notifications (``portal.notifications.tasks``).
 SWEEP_NOTIFICATIONS = "notifications.sweep"
 DELIVER_NOTIFICATION = "notifications.deliver"
+#: Loanable pools (``portal.pools.tasks``).
+RECLAIMS_PROGRESS = "pools.reclaims_progress"
+#: Energy saving (``portal.energy.tasks``).
+ENERGY_TICK = "energy.tick"
+ENERGY_PLAN = "energy.plan"
+ENERGY_TRAIN = "energy.train"
 
 TASK_NAMES = (
     SCHEDULE_ROUND,
@@ -49,6 +55,10 @@ TASK_NAMES = (
     SWEEP_WHATIF_RUNS,
     SWEEP_NOTIFICATIONS,
     DELIVER_NOTIFICATION,
+    RECLAIMS_PROGRESS,
+    ENERGY_TICK,
+    ENERGY_PLAN,
+    ENERGY_TRAIN,
 )
 
 

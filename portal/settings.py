@@ -4,6 +4,9 @@ Development defaults need nothing installed: SQLite under ``var/`` and Kombu's f
 ``DATABASE_URL`` / ``REDIS_URL`` switches to PostgreSQL / Redis. ``CORRAL_PRODUCTION=1`` makes the secret key,
 PostgreSQL and Redis mandatory and refuses debug, so a forgotten variable fails at start-up, not at 3 a.m.
 Debug is off unless ``DEBUG=1`` asks for it, the demo included: its pages list every URL and setting to anyone.
+
+Long on purpose: every knob an operator can turn is read here, once, with the comment that says what it does, so
+docs/operations.md and this file can be checked against each other.
 """
 
 from __future__ import annotations
@@ -63,8 +66,10 @@ INSTALLED_APPS = [
     "portal.telemetry",
     "portal.scheduler",
     "portal.whatif",
+    "portal.pools",
     "portal.dashboards",
     "portal.notifications",
+    "portal.energy",
     "portal.accounts",
     "portal.web",
     "portal.demo",
@@ -292,6 +297,16 @@ CORRAL_MPS_CULPRIT_FAULTS: int = env.int("CORRAL_MPS_CULPRIT_FAULTS", default=2)
 #: How far back (a duration: 5m, 90s, or seconds) the share round averages a shared GPU's measured utilization to
 #: take as its online client's load (never from before that client started; no reading: its whole share counts).
 CORRAL_SHARE_LOAD_WINDOW: int = parse_duration(env.str("CORRAL_SHARE_LOAD_WINDOW", default="5m"))
+#: Elastic jobs and stops with notice (issue #19, docs/elastic.md): how long a job has between the checkpoint signal
+#: and its stop (a resize, a reclaimed node), what a restart costs it (the knapsack charges it to every resize and a
+#: reclaim counts both in a node's server preemption cost; a reclaimed node's jobs get min(checkpoint, deadline) of
+#: notice), the hysteresis (a job keeps its size this long after a start, and
+#: a resize must gain this many seconds beyond its cost), and the work assumed left for a job with no estimate.
+CORRAL_CHECKPOINT_SECONDS: float = env.float("CORRAL_CHECKPOINT_SECONDS", default=30.0)
+CORRAL_RESTART_SECONDS: float = env.float("CORRAL_RESTART_SECONDS", default=60.0)
+CORRAL_ELASTIC_MIN_INTERVAL: float = env.float("CORRAL_ELASTIC_MIN_INTERVAL", default=600.0)
+CORRAL_ELASTIC_MIN_GAIN: float = env.float("CORRAL_ELASTIC_MIN_GAIN", default=60.0)
+CORRAL_ELASTIC_DEFAULT_REMAINING: float = env.float("CORRAL_ELASTIC_DEFAULT_REMAINING", default=3600.0)
 #: Fair share: the half-life (hours) of the usage history that orders who borrows idle quota first under a
 #: ``+quota`` policy (docs/scheduling.md). A week, as Slurm's default; 0 turns fair share off.
 CORRAL_FAIR_SHARE_HALF_LIFE_HOURS: float = env.float("CORRAL_FAIR_SHARE_HALF_LIFE_HOURS", default=168.0)
@@ -357,6 +372,23 @@ CORRAL_PUBLIC_URL: str = env.str("CORRAL_PUBLIC_URL", default="http://127.0.0.1:
 #: Seconds between notification sweeps (job news into the outbox), and how long a webhook may take to answer.
 CORRAL_NOTIFY_EVERY: float = env.float("CORRAL_NOTIFY_EVERY", default=5.0)
 CORRAL_NOTIFY_WEBHOOK_TIMEOUT: float = env.float("CORRAL_NOTIFY_WEBHOOK_TIMEOUT", default=5.0)
+#: Energy saving (issue #19, docs/energy.md#live-energy-saving): the site's commands that power a node down and
+#: up, each run with the node's name as its last argument (as Slurm's SuspendProgram / ResumeProgram), without a
+#: shell, for at most CORRAL_POWER_COMMAND_TIMEOUT seconds. Both empty (the default): energy saving is off.
+CORRAL_POWER_OFF_COMMAND: str = env.str("CORRAL_POWER_OFF_COMMAND", default="")
+CORRAL_POWER_ON_COMMAND: str = env.str("CORRAL_POWER_ON_COMMAND", default="")
+CORRAL_POWER_COMMAND_TIMEOUT: float = env.float("CORRAL_POWER_COMMAND_TIMEOUT", default=120.0)
+#: Never fewer nodes on than this; nodes kept on above the forecast; minutes a node must have been idle (and on)
+#: before it may be powered down; minutes a wake-up takes; minutes after which a node that does not come back is
+#: given up (shown down, as a node that stopped sending heartbeats).
+CORRAL_POWER_MIN_NODES_ON: int = env.int("CORRAL_POWER_MIN_NODES_ON", default=1)
+CORRAL_POWER_BUFFER: int = env.int("CORRAL_POWER_BUFFER", default=2)
+CORRAL_POWER_IDLE_MINUTES: float = env.float("CORRAL_POWER_IDLE_MINUTES", default=10.0)
+CORRAL_POWER_WAKE_MINUTES: float = env.float("CORRAL_POWER_WAKE_MINUTES", default=10.0)
+CORRAL_POWER_WAKE_TIMEOUT_MINUTES: float = env.float("CORRAL_POWER_WAKE_TIMEOUT_MINUTES", default=30.0)
+#: Days of per-minute demand samples kept (the forecaster learns from them), and hours between its trainings.
+CORRAL_ENERGY_SAMPLE_DAYS: float = env.float("CORRAL_ENERGY_SAMPLE_DAYS", default=35.0)
+CORRAL_ENERGY_TRAIN_HOURS: float = env.float("CORRAL_ENERGY_TRAIN_HOURS", default=6.0)
 
 # --- Single sign-on (OpenID Connect; docs/oidc.md) -------------------------------------------------------------
 # Off unless a client id and an issuer (endpoints by discovery, fetched at the first sign-in) or the authorization,

@@ -10,11 +10,13 @@ from rest_framework.routers import DefaultRouter
 
 from portal.api.token import TokenView
 from portal.dashboards import api as dashboards_api
+from portal.energy import api as energy_api
 from portal.jobs import api as jobs_api
 from portal.jobs import history_api
 from portal.nodes import agent_api, log_api
 from portal.nodes import api as nodes_api
 from portal.notifications import api as notifications_api
+from portal.pools import api as pools_api
 from portal.telemetry import api as telemetry_api
 from portal.tenants import api as tenants_api
 from portal.web import views as web_views
@@ -41,6 +43,11 @@ api_patterns: list[URLPattern | URLResolver] = [
     path("telemetry/alerts/", telemetry_api.AlertListView.as_view(), name="telemetry-alerts"),
     path("account/notifications/", notifications_api.NotificationSettingsView.as_view(), name="api-notifications"),
     path("account/notifications/test/", notifications_api.NotificationTestView.as_view(), name="api-notify-test"),
+    path("pools/", pools_api.PoolListView.as_view(), name="api-pool-list"),
+    path("pools/<slug:pool>/lend/", pools_api.PoolLendView.as_view(), name="api-pool-lend"),
+    path("pools/<slug:pool>/reclaim/", pools_api.PoolReclaimView.as_view(), name="api-pool-reclaim"),
+    path("pools/<slug:pool>/reclaims/<int:reclaim_id>/", pools_api.ReclaimDetailView.as_view(), name="api-reclaim"),
+    path("nodes/<slug:name>/power/", energy_api.NodePowerView.as_view(), name="api-node-power"),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("", include(router.urls)),
@@ -61,4 +68,5 @@ urlpatterns = [
     path("", include("portal.dashboards.urls")),
     path("", include("portal.whatif.urls")),
     path("", include("portal.notifications.urls")),
+    path("", include("portal.pools.urls")),
 ]

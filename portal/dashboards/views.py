@@ -15,6 +15,7 @@ from portal.dashboards.charts import dashboard_charts, figures_by_key
 from portal.dashboards.forms import DashboardForm
 from portal.dashboards.idle import idle_panel
 from portal.dashboards.selectors import dashboard_get, dashboard_tenants, default_window, window_of
+from portal.energy.selectors import energy_enabled, node_hours_saved
 from portal.web.htmx import is_htmx
 
 if TYPE_CHECKING:
@@ -52,6 +53,8 @@ def dashboard_view(request: AuthenticatedHttpRequest) -> HttpResponse:
         window = window_of(window_key, now=now)
         dashboard = dashboard_get(user=request.user, window=window, tenant=tenant)
         context["idle"] = idle_panel(user=request.user, window=window, now=now, tenant=tenant)
+        if energy_enabled():  # node-hours saved by powering idle nodes down (issue #19): cluster-wide, one query
+            context["node_hours_saved"] = node_hours_saved(start=window.start, end=min(window.end, now))
         charts = dashboard_charts(dashboard)
         context |= {
             "dashboard": dashboard,

@@ -71,3 +71,12 @@ def jobs_stop_due(*, now: datetime, actor: str = "scheduler") -> list[int]:
         why = f"{job.stop_reason}; restarts on {gpu_count(size)}" if resizing else job.stop_reason
         job_requeue(job, actor=actor, reason=why, hardware=False, kind=kind)
     return [job.pk for job in due]
+
+
+def jobs_reset_size(*, job_ids: list[int]) -> int:
+    """Send pending elastic jobs that were grown back to their minimum: the GPUs they were offered while idle are
+    wanted by jobs waiting for their minimums. Not a state change (they stay pending), so no event; their wait
+    reason says the rest. Returns how many changed."""
+    return Job.objects.filter(pk__in=job_ids, state=JobState.PENDING.value, resize_to__isnull=False).update(
+        resize_to=None
+    )

@@ -29,6 +29,14 @@ class JobSubmitForm(forms.Form):
         label="GPUs",
         help_text="Whole GPUs, or a share of one GPU such as 0.25 (run under MPS on a shared GPU).",
     )
+    max_gpus = forms.IntegerField(
+        required=False,
+        min_value=1,
+        label="Grow up to (elastic)",
+        widget=forms.NumberInput(attrs={"placeholder": "e.g. 8"}),
+        help_text="Optional, for an elastic job: it always gets GPUs above and may grow to this many while GPUs are "
+        "idle. A resize restarts it from its checkpoint (SIGUSR1 first), with $CORRAL_GPUS and WORLD_SIZE updated.",
+    )
     gpu_memory = forms.CharField(
         required=False,
         max_length=40,

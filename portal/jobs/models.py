@@ -1,4 +1,9 @@
-"""Jobs, their history, where they run, and their output."""
+"""Jobs, their history, where they run, and their output.
+
+Long on purpose: these tables are the GPU ledger, and their database constraints (one active allocation per GPU, a
+share's range, an elastic job's range, the array columns) are what keeps a job from running twice or sharing a GPU
+it was not given. Read together in one module, they can be checked against each other.
+"""
 
 from __future__ import annotations
 

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING
 from django.conf import settings
 from django.db.models import Count, Exists, F, OuterRef, Prefetch, Q, QuerySet
 
-from portal.db import EpochSeconds
 from portal.jobs.models import Allocation, Job, JobLogChunk, JobTask, executed_seconds
 from portal.jobs.waiting import start_in_words
 from portal.nodes.models import NodeState
@@ -259,32 +258,6 @@ def jobs_with_placement(queryset: QuerySet[Job]) -> QuerySet[Job]:
 LEARNED_STATES = (JobState.SUCCEEDED.value, JobState.FAILED.value)
 
 
-#: What changes about a pending or running job while it is in the system, as plain numbers (times in seconds since
-#: the epoch): ``(pk, state, attempt, started, queued, attained_service)``. The scheduler re-reads only this every
-#: round and keeps the rest (:class:`JobFixedRow`). A plain tuple: 50,000 of them are built and compared per round.
-ActiveJobRow = tuple[int, str, int, float | None, float | None, float]
-
-
-@dataclass(frozen=True, slots=True)
-class JobFixedRow:
-    """What never changes about a job once submitted (no service writes these columns; the admin shows them
-    read-only)."""
-
-    pk: int
-    tenant: str
-    user: str
-    gpus: int
-    submitted: float
-    name: str
-    time_limit: int | None
-
-
-_ACTIVE = (JobState.PENDING.value, JobState.RUNNING.value)
-#: Above this many ids a read filters on state instead of a long ``IN`` list (binding tens of thousands of
-#: parameters costs more than reading the rows it skips).
-_IN_LIST_MAX = 2000
-
-
 def attempt_size(job: Job) -> int:
     """GPUs the job's current attempt holds (or held): its minimum, unless it is elastic (issue #19, one query)."""
     if job.max_gpus is None:
@@ -292,37 +265,6 @@ def attempt_size(job: Job) -> int:
     return Allocation.objects.filter(job=job, attempt=job.attempt).count() or job.gpus
 
 
-def active_job_rows() -> list[ActiveJobRow]:
-    """Every pending and running job's changing columns. One query, no model instances and no datetime objects:
-    at 50,000 pending jobs this is a tenth of what loading them as models costs."""
-    # Shares of a GPU (issue #17) are placed apart, on shared GPUs (portal.scheduler.shares): never in ``decide``.
-    rows = Job.objects.filter(state__in=_ACTIVE, gpu_fraction__isnull=True).values_list(
-        "pk", "state", "attempt", EpochSeconds("started_at"), EpochSeconds("queued_at"), "attained_service"
-    )
-    return list(rows)
-
-
-def job_fixed_rows(*, job_ids: list[int]) -> list[JobFixedRow]:
-    """The unchanging columns of these jobs (any state), with tenant slug and username. One query."""
-    jobs = Job.objects.all()
-    jobs = jobs.filter(pk__in=job_ids) if len(job_ids) <= _IN_LIST_MAX else jobs.filter(state__in=_ACTIVE)
-    rows = jobs.values_list(
-        "pk", "tenant__slug", "user__username", "gpus", EpochSeconds("submitted_at"), "name", "time_limit"
-    )
-    return [JobFixedRow(*row) for row in rows]
-
-
-def jobs_held_gpus(*, job_ids: list[int]) -> list[tuple[int, str, int]]:
-    """The GPUs these jobs hold now, as (job id, node name, GPU id) rows. One query."""
-    held = Allocation.objects.filter(released_at__isnull=True)
-    if len(job_ids) <= _IN_LIST_MAX:
-        held = held.filter(job_id__in=job_ids)
-    rows = held.values_list("job_id", "node__name", "gpu_id")
-    wanted = set(job_ids)
-    return [row for row in rows if row[0] in wanted]
-
-
-# -- the fence: GPUs of attempts that are over, held until their processes are confirmed gone ------------------------
 def stopping_allocations() -> QuerySet[Allocation]:
     """Allocations still held by an attempt that is over: the job is no longer running, or runs a later attempt.
 

@@ -10,6 +10,8 @@ from rest_framework import serializers
 
 from portal.jobs.array_selectors import COUNT_ORDER, ArrayCounts
 from portal.jobs.array_spec import MAX_SPEC_CHARS
+from portal.jobs.elastic_serializers import ElasticSubmitFields
+from portal.jobs.elastic_spec import elastic_size
 from portal.jobs.logs import OutputProgress, OutputState, job_output_progress
 from portal.jobs.models import MAX_TIME_LIMIT, Job, JobArray, JobEvent, JobTask
 from portal.jobs.outcome import job_finish_reason
@@ -18,6 +20,7 @@ from portal.jobs.share_selectors import job_share
 from portal.jobs.share_serializers import MAX_GPUS_PER_JOB as MAX_GPUS_PER_JOB  # the form reads it from here
 from portal.jobs.share_serializers import ShareSerializer, ShareSubmitFields
 from portal.jobs.timeline import job_timeline
+from portal.jobs.timeline_serializers import TimelineSerializer
 from portal.tenants.models import Tenant
 from scheduling.core.durations import parse_duration
 
@@ -64,7 +67,7 @@ class TimeLimitField(serializers.Field[int, object, int, object]):
         return value
 
 
-class JobSubmitSerializer(ShareSubmitFields):  # gpus, gpu_memory, workload_class: whole GPUs or a share (#17)
+class JobSubmitSerializer(ElasticSubmitFields, ShareSubmitFields):  # GPU fields: shares (#17), elastic jobs (#19)
     name = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
     command = serializers.CharField(max_length=16_000, trim_whitespace=False)
     tenant = serializers.SlugField(required=False, allow_null=True, default=None)
@@ -158,6 +161,10 @@ class JobSerializer(serializers.ModelSerializer[Job]):
         "every task's log has landed. False while it runs, while output is still arriving, and when a lost node's "
         "output may be missing (see log_state)."
     )
+    size = serializers.SerializerMethodField(
+        help_text="GPUs the job holds now (running) or starts with next (pending): `gpus` unless it is elastic "
+        "and was grown towards `max_gpus`."
+    )
     log_state = serializers.SerializerMethodField(
         help_text="live (the job runs), arriving (it has finished, output is still on its way), complete, or "
         "incomplete (finished; a lost node's output may be missing and will not come). Follow the log while live "
@@ -176,6 +183,9 @@ class JobSerializer(serializers.ModelSerializer[Job]):
             "command",
             "gpus",
             "gpu_fraction",
+            "max_gpus",
+            "size",
+            "scaling",
             "gpu_memory_bytes",
             "workload_class",
             "latency_slo_ms",
@@ -273,6 +283,9 @@ class JobSerializer(serializers.ModelSerializer[Job]):
         tasks = self._tasks(job)
         return list(tasks[0].gpu_indices) if len(tasks) == 1 else [i for t in tasks for i in t.gpu_indices]
 
+    def get_size(self, job: Job) -> int:
+        return elastic_size(job, self._tasks(job))
+
 
 class JobEventSerializer(serializers.ModelSerializer[JobEvent]):
     class Meta:
@@ -333,35 +346,6 @@ class JobArraySerializer(serializers.ModelSerializer[JobArray]):
 
     def get_tasks_url(self, job_array: JobArray) -> str:
         return f"/api/v1/jobs/?array={job_array.pk}"
-
-
-class TimelineAttemptSerializer(serializers.Serializer[dict[str, Any]]):
-    """One start of the job (``portal.jobs.timeline.Attempt``)."""
-
-    number = serializers.IntegerField(help_text="1 for the first start; a requeue or preemption starts the next.")
-    queued_from = serializers.DateTimeField(help_text="When the wait before this start began.")
-    started_at = serializers.DateTimeField()
-    queued_seconds = serializers.FloatField(help_text="Seconds it waited for this start.")
-    ended_at = serializers.DateTimeField(allow_null=True, help_text="Null while this attempt runs.")
-    ran_seconds = serializers.FloatField(help_text="Seconds this attempt ran (so far, while it runs).")
-    outcome = serializers.CharField(
-        allow_null=True, help_text="The state it left running for: pending (requeued, preempted) or a final state."
-    )
-    ended_by = serializers.CharField(allow_null=True, help_text="The event that ended it: requeued, preempted, ...")
-
-
-class TimelineSerializer(serializers.Serializer[dict[str, Any]]):
-    """A job's timeline, as its page shows it (``portal.jobs.timeline``)."""
-
-    submitted_at = serializers.DateTimeField()
-    waiting_since = serializers.DateTimeField(
-        allow_null=True, help_text="A pending job: when it last entered the queue."
-    )
-    queued_seconds = serializers.FloatField(help_text="Seconds spent waiting over all attempts, so far.")
-    ran_seconds = serializers.FloatField(help_text="Seconds run over all attempts, so far.")
-    finished_at = serializers.DateTimeField(allow_null=True)
-    outcome = serializers.CharField(allow_null=True, help_text="The final state, once the job is over.")
-    attempts = TimelineAttemptSerializer(many=True)
 
 
 class JobDetailSerializer(JobSerializer):

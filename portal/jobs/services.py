@@ -17,6 +17,7 @@ from django.db.models import DateTimeField, DurationField, ExpressionWrapper, F,
 from django.utils import timezone
 
 from portal.errors import Conflict, NotAllowed
+from portal.jobs.elastic_spec import elastic_columns
 from portal.jobs.ledger import RankPlacement, allocate, gang_order, release_task_gpus
 from portal.jobs.models import (
     EventKind,
@@ -65,6 +66,7 @@ def job_transition(job: Job, target: JobState, *, kind: str, actor: str, reason:
     job.stop_due_at, job.stop_reason = None, ""  # a notice (elastic_services) is about the attempt that ends here
     if target is JobState.RUNNING:
         job.started_at = now
+        job.resize_to = None  # the size it asked for is what it now holds
         job.reason_code, job.reason = "", ""
     elif target is JobState.PENDING:
         job.queued_at = now
@@ -87,8 +89,11 @@ def job_submit(
     env: Mapping[str, str] | None = None,
     time_limit: int | None = None,
     share: ShareSpec | None = None,
+    max_gpus: int | None = None,
+    scaling: object = None,
 ) -> Job:
-    """Queue a new job for ``user`` in ``tenant`` (their only tenant when omitted); ``share``: part of one GPU (#17).
+    """Queue a new job for ``user`` in ``tenant`` (their only tenant when omitted); ``share``: part of one GPU (#17);
+    ``max_gpus``: an elastic job that may grow from ``gpus`` to that many, with an optional ``scaling`` curve (#19).
 
     ``time_limit`` (seconds, 1 to 30 days; None: no limit) bounds each attempt: past it the job is stopped and
     fails (see :func:`jobs_enforce_time_limits`); a short enough limit also lets it run on soft-cordoned GPUs.
@@ -101,6 +106,7 @@ def job_submit(
     env = dict(env or {})
     name = default_job_name(name, command)
     validate_spec(name=name, command=command, gpus=gpus, env=env, time_limit=time_limit)
+    elastic = elastic_columns(gpus=gpus, max_gpus=max_gpus, scaling=scaling, fraction=share.fraction if share else None)
     if share is not None:
         check_share(share)
         gpus = 1  # a share is part of one GPU: every count of GPUs per job sees one
@@ -114,6 +120,7 @@ def job_submit(
         env=env,
         time_limit=time_limit,
         queued_at=timezone.now(),
+        **elastic,
         **share_columns(share),
     )
     _record(job, EventKind.SUBMITTED, actor=user.get_username(), to_state=JobState.PENDING.value)

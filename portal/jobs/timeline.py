@@ -8,10 +8,12 @@ caller passes the events it already loaded.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from portal.jobs.models import Job, JobEvent
+from django.db.models import Count
+
+from portal.jobs.models import Allocation, Job, JobEvent
 from scheduling.core.states import TERMINAL, JobState
 
 _TERMINAL = {s.value for s in TERMINAL}
@@ -33,6 +35,7 @@ class Attempt:
     ended_at: datetime | None = None
     outcome: str | None = None
     ended_by: str | None = None
+    gpus: int | None = None  # its size, for an elastic job (issue #19): a resize starts a new attempt
 
 
 def _attempt(
@@ -110,6 +113,7 @@ class Timeline:
                     "ran_seconds": round(a.ran_for, 3),
                     "outcome": a.outcome,
                     "ended_by": a.ended_by,
+                    "gpus": a.gpus,
                 }
                 for a in self.attempts
             ],
@@ -168,6 +172,9 @@ def job_timeline(*, job: Job, now: datetime, events: list[JobEvent] | None = Non
         queued_from = None
     if job.is_terminal and finished_at is None:
         finished_at, outcome = job.finished_at, job.state
+    if job.max_gpus is not None:  # an elastic job: each attempt's size, its size over time
+        sizes = attempt_sizes(job=job)
+        attempts = [replace(a, gpus=sizes.get(a.number)) for a in attempts]
     return Timeline(
         now=now,
         submitted_at=job.submitted_at,
@@ -178,3 +185,9 @@ def job_timeline(*, job: Job, now: datetime, events: list[JobEvent] | None = Non
         state=job.state,
         _queued_before=queued_before,
     )
+
+
+def attempt_sizes(*, job: Job) -> dict[int, int]:
+    """GPUs each attempt of ``job`` was given (one query)."""
+    rows = Allocation.objects.filter(job=job).values_list("attempt").annotate(n=Count("id")).order_by()
+    return {attempt: n for attempt, n in rows}

@@ -34,6 +34,8 @@ RESERVED_ENV = frozenset(
         "NODE_RANK",
         "CORRAL_NNODES",
         "CORRAL_NODE_RANK",
+        "CORRAL_GPUS",
+        "CORRAL_NODE_GPUS",
         # A job array's task (portal.jobs.array_selectors.array_task_env).
         "CORRAL_ARRAY_JOB_ID",
         "CORRAL_ARRAY_TASK_ID",

@@ -13,9 +13,10 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from portal.errors import ServiceError
+from portal.errors import ServiceError, ValidationFailed
 from portal.jobs.array_selectors import array_get, array_state_counts, array_tasks, jobs_grouped_by_array
 from portal.jobs.array_services import job_array_cancel, job_array_submit, may_manage_array
+from portal.jobs.elastic_spec import elastic_size
 from portal.jobs.filters import JobFilter
 from portal.jobs.forms import JobSubmitForm
 from portal.jobs.logs import job_log_window, job_output_progress
@@ -96,9 +97,11 @@ def job_submit_view(request: AuthenticatedHttpRequest) -> HttpResponse:
             spec["share"] = data["share"]
         try:
             if data["array"] is not None:
+                if data.get("max_gpus") is not None:
+                    raise ValidationFailed("array tasks cannot be elastic yet: leave this empty", field="max_gpus")
                 job_array = job_array_submit(array=data["array"], **spec)
             else:
-                job = job_submit(**spec)
+                job = job_submit(max_gpus=data.get("max_gpus"), **spec)
         except ServiceError as exc:
             form.add_error(exc.field if exc.field in form.fields else None, exc.message)
         else:
@@ -134,6 +137,7 @@ def _job_context(job: Job) -> dict[str, object]:
         "start_estimate_basis": START_ESTIMATE_BASIS,
         "stopping_gpus": job_stopping_gpus(job=job),
         "share": job_share(job=job),  # a running share of one GPU (issue #17); None otherwise, at no query
+        "size": elastic_size(job, tasks),  # an elastic job's size now (issue #19)
     }
 
 

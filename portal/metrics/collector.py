@@ -96,6 +96,48 @@ class CorralCollector(Collector):
         yield from self._scheduler()
         yield from self._nodes()
         yield from self._shares()
+        yield from self._pools()
+        yield from self._energy()
+
+    def _energy(self) -> Iterator[Metric]:
+        """Energy saving (issue #19): nodes powered down and waking now; node-hours saved and power commands that
+        failed, ever (from the power action log, so they survive restarts)."""
+        energy = self.data.energy
+        if energy is None:
+            return
+        yield GaugeMetricFamily(
+            "corral_nodes_powered_down", "Nodes powered down by energy saving.", energy.powered_down
+        )
+        yield GaugeMetricFamily("corral_nodes_waking", "Nodes woken by energy saving, not back yet.", energy.waking)
+        yield CounterMetricFamily(
+            "corral_energy_node_hours_saved", "Node-hours spent powered down by energy saving.", energy.node_hours_saved
+        )
+        yield CounterMetricFamily(
+            "corral_power_command_failures",
+            "Power commands that failed (non-zero exit, timeout, missing).",
+            energy.command_failures,
+        )
+
+    def _pools(self) -> Iterator[Metric]:
+        """Loanable pools (issue #19): how many of each pool's nodes are lent to training and being given back, and
+        how many reclaims handed nodes back at their deadline with work still on them."""
+        nodes = GaugeMetricFamily("corral_pool_nodes", "Nodes of a loanable pool.", labels=["pool"])
+        lent = GaugeMetricFamily("corral_pool_nodes_lent", "Nodes of the pool lent to training now.", labels=["pool"])
+        returning = GaugeMetricFamily(
+            "corral_pool_nodes_returning", "Lent nodes a reclaim chose, not yet handed back.", labels=["pool"]
+        )
+        for pool, (total, on_loan, going) in sorted(self.data.pools.items()):
+            nodes.add_metric([pool], float(total))
+            lent.add_metric([pool], float(on_loan))
+            returning.add_metric([pool], float(going))
+        yield nodes
+        yield lent
+        yield returning
+        yield GaugeMetricFamily(
+            "corral_reclaims_late",
+            "Reclaims not met within their deadline, ever.",
+            value=float(self.data.reclaims_late),
+        )
 
     def _shares(self) -> Iterator[Metric]:
         """GPU shares under MPS (issue #17): each shared GPU's shares and the compute given to them; evictions."""

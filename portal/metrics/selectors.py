@@ -8,11 +8,14 @@ from datetime import datetime, timedelta
 from django.db.models import Count, Max, Sum
 from django.utils import timezone
 
+from portal.energy.selectors import EnergyFigures, energy_enabled, node_hours_saved, power_command_failures
 from portal.jobs.models import Allocation, Job
-from portal.nodes.models import Gpu, Node
+from portal.nodes.models import Gpu, Node, NodePower
+from portal.pools.selectors import reclaims_late_count
 from portal.scheduler.models import SchedulerRound
 from portal.telemetry.models import Alert, FailureModel, NodeTelemetry
 from portal.telemetry.selectors import gpus_with_telemetry
+from scheduling.core.loan import TRAINING
 from scheduling.core.states import JobState
 
 
@@ -32,10 +35,16 @@ class MetricsData:
     #: Issue #17: shared GPU id -> (shares on it, compute percent given), and evictions of shares so far.
     share_clients: dict[int, tuple[int, int]] = field(default_factory=dict)
     share_evictions: int = 0
+    #: Issue #19: loanable pool -> (nodes, lent, being given back), and reclaims that missed their deadline so far.
+    pools: dict[str, tuple[int, int, int]] = field(default_factory=dict)
+    reclaims_late: int = 0
+    #: Issue #19: energy saving's nodes powered down and waking, node-hours saved, power commands failed.
+    energy: EnergyFigures | None = None
 
 
 def metrics_data(*, now: datetime | None = None) -> MetricsData:
-    """The data behind ``GET /metrics``, in nine queries regardless of cluster size (ten where GPUs are shared)."""
+    """The data behind ``GET /metrics``, in nine queries regardless of cluster size: one more where GPUs are shared,
+    one more where a pool is loanable, two more where energy saving is on."""
     now = now or timezone.now()
     jobs_by_state = {s.value: 0 for s in JobState}
     by_state = Job.objects.values("state").annotate(n=Count("pk"), ev=Sum("evictions")).values_list("state", "n", "ev")
@@ -53,7 +62,13 @@ def metrics_data(*, now: datetime | None = None) -> MetricsData:
         n=Count("pk"), worst=Max("duration_ms")
     )
     telemetry = {t.node_id: t for t in NodeTelemetry.objects.all()}
-    nodes = [(n.name, n.hostname, telemetry.get(n.pk)) for n in Node.objects.order_by("name")]
+    all_nodes = list(Node.objects.order_by("name"))
+    nodes = [(n.name, n.hostname, telemetry.get(n.pk)) for n in all_nodes]
+    pools: dict[str, tuple[int, int, int]] = {}
+    for node in all_nodes:
+        if node.pool != TRAINING:
+            total, lent, returning = pools.get(node.pool, (0, 0, 0))
+            pools[node.pool] = (total + 1, lent + node.lent, returning + node.returning)
     alerts = dict(
         Alert.objects.filter(resolved_at__isnull=True)
         .values("severity")
@@ -83,4 +98,17 @@ def metrics_data(*, now: datetime | None = None) -> MetricsData:
         active_alerts=alerts,
         share_clients=shares,
         share_evictions=evictions,
+        pools=pools,
+        reclaims_late=reclaims_late_count() if pools else 0,  # one more query, only where a pool is loanable
+        energy=_energy(all_nodes, now=now),
     )
+
+
+def _energy(nodes: list[Node], *, now: datetime) -> EnergyFigures | None:
+    """Energy saving's figures: from the nodes already read, plus two queries of the power log, only where energy
+    saving is on or has left nodes off (None otherwise: a site without it pays nothing)."""
+    off = sum(node.power == NodePower.OFF for node in nodes)
+    waking = sum(node.power == NodePower.WAKING for node in nodes)
+    if not (energy_enabled() or off or waking):
+        return None
+    return EnergyFigures(off, waking, node_hours_saved(end=now), power_command_failures())

@@ -16,12 +16,18 @@ class GpuInline(admin.TabularInline):
 
 @admin.register(Node)
 class NodeAdmin(admin.ModelAdmin):
-    list_display = ["name", "state", "state_reason", "last_heartbeat", "hostname", "rack"]
-    list_filter = ["state", "rack"]
+    list_display = ["name", "state", "state_reason", "last_heartbeat", "hostname", "rack", "pool", "lent", "returning"]
+    list_filter = ["state", "rack", "pool", "lent"]
     search_fields = ["name", "hostname"]
-    readonly_fields = ["last_heartbeat", "registered_at", "agent_version", "state"]
+    # Lent and returning change only through the pools API (lend, reclaim): a reclaim must see every loan.
+    readonly_fields = ["last_heartbeat", "registered_at", "agent_version", "state", "lent", "returning"]
     inlines = [GpuInline]
     actions = ["drain", "undrain", "share_gpus", "unshare_gpus"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Node | None = None) -> list[str]:
+        """The pool is the admin's to set (issue #19), except on a lent node: its pool must reclaim it first."""
+        fields = list(self.readonly_fields)
+        return [*fields, "pool"] if obj is not None and obj.lent else fields
 
     @admin.action(description="Drain (no new jobs; running jobs finish)")
     def drain(self, request: HttpRequest, queryset: QuerySet[Node]) -> None:

@@ -79,6 +79,8 @@ class NodeSerializer(serializers.ModelSerializer[Node]):
             "rack",
             "state",
             "state_reason",
+            "power",
+            "power_detail",
             "last_heartbeat",
             "agent_version",
             "fenced_gpus",

@@ -19,14 +19,13 @@ from django.db import transaction
 from django.utils import timezone
 
 from portal.errors import Conflict, ValidationFailed
-from portal.jobs.array_selectors import array_task_env
 from portal.jobs.ledger import release_lost_tasks_gpus, release_task_gpus
 from portal.jobs.logs import task_log_receive
 from portal.jobs.models import Job, JobTask, TaskState
 from portal.jobs.services import job_requeue, job_task_exited
-from portal.jobs.share_selectors import share_order
 from portal.jobs.share_services import job_share_evicted, job_share_mps_fault
-from portal.nodes.models import Gpu, Node, NodeState
+from portal.nodes.models import Gpu, Node, NodePower, NodeState
+from portal.nodes.start_orders import start_order
 from portal.rounds import request_round
 from scheduling.core.states import JobState
 
@@ -192,29 +191,6 @@ def node_register(
     return node
 
 
-def task_env(task: JobTask, job: Job, *, master: Node, nnodes: int) -> dict[str, str]:
-    """The environment the portal gives one task: the user's variables, then the ones Corral owns."""
-    env = {str(k): str(v) for k, v in (job.env or {}).items()}
-    env.update(
-        {
-            "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in task.gpu_indices),
-            "CORRAL_JOB_ID": str(job.pk),
-            "CORRAL_ATTEMPT": str(task.attempt),
-            "CORRAL_NNODES": str(nnodes),
-            "CORRAL_NODE_RANK": str(task.rank),
-            # torchrun-style rendezvous: one process per node, rank = node rank; a task may run torchrun itself.
-            "MASTER_ADDR": master.address or master.hostname or "127.0.0.1",
-            "MASTER_PORT": str(settings.CORRAL_MASTER_PORT_BASE + job.pk % 1000),
-            "WORLD_SIZE": str(nnodes),
-            "RANK": str(task.rank),
-            "NODE_RANK": str(task.rank),
-            "LOCAL_RANK": "0",
-        }
-    )
-    env.update(array_task_env(job))  # CORRAL_ARRAY_TASK_ID and the rest, for a task of a job array
-    return env
-
-
 def _apply_report(node: Node, task: JobTask | None, report: TaskReport, reply: HeartbeatReply) -> None:
     """Reconcile one reported task. Precondition: its job row is locked (when the task is known)."""
     key = f"{report.job}:{report.attempt}:{report.rank}"
@@ -303,7 +279,7 @@ def node_heartbeat(*, node: Node, reports: Sequence[TaskReport]) -> HeartbeatRep
         if task.state == TaskState.ASSIGNED and task.kill_requested:
             job_task_exited(task=task, exit_code=None, actor=f"agent:{node.name}")
         elif task.state == TaskState.ASSIGNED:
-            reply.start.append(_start_order(task))
+            reply.start.append(start_order(task))
         else:  # running, yet the agent does not track it: its process is gone
             _lose_tasks(
                 [task],
@@ -312,23 +288,6 @@ def node_heartbeat(*, node: Node, reports: Sequence[TaskReport]) -> HeartbeatRep
                 confirmed_gone=True,
             )
     return reply
-
-
-def _start_order(task: JobTask) -> dict[str, object]:
-    job = task.job
-    gang = list(JobTask.objects.filter(job=job, attempt=task.attempt).select_related("node").order_by("rank"))
-    order: dict[str, object] = {
-        "job": job.pk,
-        "attempt": task.attempt,
-        "rank": task.rank,
-        "command": job.command,
-        "gpus": list(task.gpu_indices),
-        "env": task_env(task, job, master=gang[0].node, nnodes=len(gang)),
-    }
-    share = share_order(job=job, attempt=task.attempt)  # a share of one GPU under MPS (issue #17)
-    if share is not None:
-        order["share"] = share
-    return order
 
 
 @transaction.atomic
@@ -345,6 +304,7 @@ def nodes_mark_stale_down(*, now: datetime | None = None) -> list[str]:
     stale = list(
         Node.objects.select_for_update()
         .filter(state__in=[NodeState.UP, NodeState.DRAINING], last_heartbeat__lt=cutoff)
+        .filter(power=NodePower.ON)  # powered down or waking by energy saving: silent on purpose (portal.energy)
         .order_by("pk")
     )
     for node in stale:

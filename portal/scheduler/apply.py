@@ -16,7 +16,7 @@ from portal.jobs.ledger import RankPlacement
 from portal.jobs.services import job_preempt, job_start
 from portal.jobs.waiting import jobs_set_wait_reasons
 from portal.scheduler.selectors import LiveSnapshot
-from scheduling.core.model import Decision, Placement, Wait, WaitReason, gpu_count
+from scheduling.core.model import SHORT_OF_GPUS, Decision, Placement, Wait, WaitReason, gpu_count
 
 ACTOR = "scheduler"
 
@@ -40,21 +40,22 @@ def apply_decision(decision: Decision, live: LiveSnapshot) -> Applied:
     """Write ``decision``. Precondition: inside the round's transaction, holding the scheduler lease."""
     preempted = sum(job_preempt(job_id=int(job_id), actor=ACTOR) for job_id in decision.preempt)
     started = sum(job_start(job_id=int(p.job_id), ranks=_ranks(p, live), actor=ACTOR) for p in decision.start)
-    reasons = {int(job_id): _with_freeing(wait, live.freeing) for job_id, wait in decision.waiting.items()}
+    reasons = {int(job_id): _with_freeing(wait, live) for job_id, wait in decision.waiting.items()}
     reasons.update((job_id, (WaitReason.ARRAY_LIMIT, detail)) for job_id, detail in live.held_back.items())
     reasons.update((job_id, (WaitReason.PREVIOUS_ATTEMPT_STOPPING, "")) for job_id in live.awaiting)
     jobs_set_wait_reasons(reasons=reasons)
     return Applied(started=started, preempted=preempted, waiting=len(reasons))
 
 
-#: Reasons that mean "not enough GPUs": a job waiting for one is told when some are on their way.
-_SHORT_OF_GPUS = frozenset({WaitReason.NOT_ENOUGH_FREE_GPUS, WaitReason.NO_NODE_FITS, WaitReason.LOWER_PRIORITY})
-
-
-def _with_freeing(wait: Wait, freeing: int) -> tuple[WaitReason, str]:
-    """A waiting job's reason and detail; one short of GPUs also hears that ``freeing`` GPUs are being freed (held
-    by jobs whose processes are stopping), so a wait of a few seconds does not read like a full cluster."""
-    if freeing and wait.reason in _SHORT_OF_GPUS:
-        note = f"{gpu_count(freeing)} being freed as stopped jobs' processes exit"
-        return wait.reason, f"{wait.detail}; {note}" if wait.detail else note
-    return wait.reason, wait.detail
+def _with_freeing(wait: Wait, live: LiveSnapshot) -> tuple[WaitReason, str]:
+    """A waiting job's reason and detail; one short of GPUs also hears of GPUs on their way: those being freed
+    (held by jobs whose processes are stopping), so a wait of a few seconds does not read like a full cluster, and
+    those of nodes waking up (energy saving had powered them down), so a wait of minutes says why."""
+    if wait.reason not in SHORT_OF_GPUS:
+        return wait.reason, wait.detail
+    notes = [wait.detail] if wait.detail else []
+    if live.freeing:
+        notes.append(f"{gpu_count(live.freeing)} being freed as stopped jobs' processes exit")
+    if live.waking:
+        notes.append(f"waiting for a wake-up: {gpu_count(live.waking)} on nodes being powered on")
+    return wait.reason, "; ".join(notes)

@@ -1,9 +1,9 @@
 """The core's view of every job in the system, kept between rounds and brought up to date incrementally.
 
 A round at 50,000 pending jobs used to load each as a model instance with its tenant and user (3.5 s of a 3.7 s
-round). Most of a job never changes once it is submitted (:class:`~portal.jobs.selectors.JobFixedRow`), and what
+round). Most of a job never changes once it is submitted (:class:`~portal.jobs.round_rows.JobFixedRow`), and what
 does change (state, attempt, start, requeue time, service) is a handful of numbers. So each round reads only those
-numbers for the active jobs (:func:`~portal.jobs.selectors.active_job_rows`), and rebuilds a job's
+numbers for the active jobs (:func:`~portal.jobs.round_rows.active_job_rows`), and rebuilds a job's
 :class:`JobView` only when they differ from last time; the fixed columns are read once per job, and the GPUs of a
 running job are read every round (one query: a gang rank that exited frees its GPUs while the others run).
 
@@ -20,7 +20,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from portal.jobs.selectors import ActiveJobRow, JobFixedRow, active_job_rows, job_fixed_rows, jobs_held_gpus
+from portal.jobs.round_rows import ActiveJobRow, JobFixedRow, active_job_rows, job_fixed_rows, jobs_held_gpus
 from scheduling.core.model import GpuSlot, JobView
 from scheduling.core.states import JobState
 
@@ -40,14 +40,19 @@ _lock = threading.Lock()
 
 
 def _view(fixed: JobFixedRow, row: ActiveJobRow, slots: tuple[GpuSlot, ...]) -> JobView:
-    pk, state, _, started_at, queued, attained = row
+    pk, state, _, started_at, queued, attained, resize_to = row
     running = state == JobState.RUNNING.value
     started = started_at if running else None
+    elastic = fixed.max_gpus is not None
+    # An elastic job (issue #19) is as big as what it holds, or what its next attempt asks for.
+    size = (len(slots) if running else resize_to) if elastic else None
     return JobView(
         id=pk,
         tenant=fixed.tenant,
         user=fixed.user,
-        gpus=fixed.gpus,
+        gpus=size or fixed.gpus,
+        min_gpus=fixed.gpus if elastic else None,
+        max_gpus=fixed.max_gpus,
         submit_time=fixed.submitted,
         state=JobState(state),
         allocation=slots if running else (),

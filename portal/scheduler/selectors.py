@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from portal.energy.selectors import gpus_waking
 from portal.jobs.array_selectors import array_tasks_held_back
 from portal.jobs.selectors import jobs_awaiting_previous_attempt, stopping_holds
 from portal.jobs.share_selectors import gpu_use_by_user
@@ -36,6 +37,8 @@ class LiveSnapshot:
     freeing: int = 0
     #: Pending array tasks left out of the snapshot by their array's %N limit, with the detail of their reason.
     held_back: Mapping[int, str] = field(default_factory=dict)
+    #: GPUs of nodes waking up (energy saving powered them down; issue #19): not in the snapshot until they register.
+    waking: int = 0
 
 
 def build_snapshot(*, now: datetime, fair_share: bool = False) -> LiveSnapshot:
@@ -98,4 +101,5 @@ def build_snapshot(*, now: datetime, fair_share: bool = False) -> LiveSnapshot:
         awaiting=awaiting,
         held_back=held_back,
         freeing=sum(h.gpus for h in holds if not h.fenced),
+        waking=gpus_waking(),
     )

@@ -10,13 +10,14 @@ with what it learned, each job's expected remaining run time) and writes the ans
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from portal.jobs.elastic_services import jobs_stop_due
 from portal.jobs.lease import try_acquire_round_lease
 from portal.jobs.selectors import pending_start_overdue
 from portal.jobs.services import jobs_enforce_time_limits
@@ -28,7 +29,8 @@ from portal.rounds import (
     take_forecast_staleness,
     take_round_request,
 )
-from portal.scheduler.apply import apply_decision
+from portal.scheduler.apply import ACTOR, apply_decision
+from portal.scheduler.elastic import apply_elastic, size_elastic_jobs
 from portal.scheduler.models import SchedulerRound
 from portal.scheduler.policy_cache import live_policy
 from portal.scheduler.selectors import build_snapshot
@@ -65,11 +67,15 @@ def scheduling_round() -> LiveRoundResult | None:
         take_round_request()  # before the reads: a change committed from now on asks for the next round
         now = timezone.now()
         timed_out = jobs_enforce_time_limits(now=now)
+        stopped = jobs_stop_due(now=now)
         policy = live_policy(settings.CORRAL_POLICY)
         live = build_snapshot(now=now, fair_share=policy.guarantees)
         placement = resolve_placement(settings.CORRAL_PLACEMENT, short_limit=settings.CORRAL_CORDON_MAX_TIME_LIMIT)
         decision = decide(live.snapshot, now=now.timestamp(), policy=policy, placement=placement)
-        applied = apply_decision(decision, live)
+        # Elastic jobs (issue #19) grow into what the minimums left idle: starts are widened before they apply.
+        elastic = size_elastic_jobs(live=live, decision=decision, now=now, predictor=_history())
+        applied = apply_decision(replace(decision, start=elastic.start), live)
+        resized = apply_elastic(outcome=elastic, now=now, actor=ACTOR)
         # Shares of shared GPUs (issue #17), after the whole-GPU decision: its starts count against the caps.
         shares_started = share_round(live=live, now=now.timestamp())
         duration_ms = (time.perf_counter() - began) * 1000
@@ -80,7 +86,7 @@ def scheduling_round() -> LiveRoundResult | None:
             started=applied.started + shares_started,
             preempted=applied.preempted,
         )
-    if applied.started or applied.preempted or timed_out or shares_started:
+    if applied.started or applied.preempted or timed_out or shares_started or stopped or resized:
         mark_forecast_stale()
     started = applied.started + shares_started
     return LiveRoundResult(started, applied.preempted, applied.waiting, duration_ms, len(timed_out))
@@ -104,7 +110,7 @@ def beat_round() -> LiveRoundResult | None:
     if round_is_due(now=now):
         return scheduling_round()
     with transaction.atomic():
-        if jobs_enforce_time_limits(now=now):
+        if jobs_enforce_time_limits(now=now) or jobs_stop_due(now=now):
             mark_forecast_stale()
     return None
 

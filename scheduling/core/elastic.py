@@ -94,8 +94,8 @@ class ElasticJob:
     estimate of seconds of work left *at the minimum size* (only the JCT objective reads it). ``sizes`` lists the
     sizes it may run at (for example multiples of its minimum, one data-parallel replica each); empty means every
     size from ``min_gpus`` to ``max_gpus``. ``restart_seconds`` is what a resize costs it (checkpoint and restart);
-    0 for a job that starts this round, which can start at any size for free. ``last_resized`` is when its size
-    last changed (None: never).
+    0 for a job that starts this round (``starting``: it picks any size for free, uncharged). ``last_resized`` is
+    when its size last changed (None: never).
     """
 
     id: JobId
@@ -107,6 +107,7 @@ class ElasticJob:
     sizes: tuple[int, ...] = ()
     restart_seconds: float = 0.0
     last_resized: float | None = None
+    starting: bool = False  # it starts this round: any size is free to pick, no resize charge
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_gpus <= self.max_gpus:
@@ -175,6 +176,8 @@ def choice_values(
     """
     if locked:
         return [(job.gpus - job.min_gpus, gain(job, job.gpus, objective))]
+    if job.starting:
+        return [(n - job.min_gpus, gain(job, n, objective)) for n in job.choices()]
     charge = hysteresis.min_gain + (job.restart_seconds if objective == Objective.JCT else 0.0)
     return [(n - job.min_gpus, gain(job, n, objective) - (charge if n != job.gpus else 0.0)) for n in job.choices()]
 

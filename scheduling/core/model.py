@@ -59,6 +59,18 @@ _REASON_LABELS: dict[WaitReason, str] = {
 }
 
 
+#: Reasons that mean "not enough GPUs": a job waiting for one is told when some are on their way (stopping jobs'
+#: GPUs, nodes waking up), elastic jobs give back the GPUs above their minimums to it, and energy saving wakes nodes.
+SHORT_OF_GPUS = frozenset(
+    {
+        WaitReason.NOT_ENOUGH_FREE_GPUS,
+        WaitReason.NO_NODE_FITS,
+        WaitReason.LOWER_PRIORITY,
+        WaitReason.NO_SCHEDULABLE_NODES,
+    }
+)
+
+
 def gpu_count(n: int) -> str:
     """``1 GPU``, ``4 GPUs``: wait details are read by people."""
     return f"{n} GPU" if n == 1 else f"{n} GPUs"
@@ -121,6 +133,14 @@ class JobView:
     # every event: the core extrapolates ``gpus x (now - service_at)`` for running jobs.
     service_at: float | None = None
     time_limit: float | None = None
+    # An elastic job (issue #19): ``gpus`` is its size now (held, or asked for by its next attempt), and it may run
+    # at any size from ``min_gpus`` to ``max_gpus``. None: inelastic. See ``scheduling.core.elastic_round``.
+    min_gpus: int | None = None
+    max_gpus: int | None = None
+
+    @property
+    def elastic(self) -> bool:
+        return self.max_gpus is not None and self.min_gpus is not None and self.max_gpus > self.min_gpus
 
     def attained_at(self, now: float) -> float:
         """GPU-seconds executed as of ``now`` (running jobs keep accruing service after ``service_at``)."""

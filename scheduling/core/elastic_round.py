@@ -1,0 +1,208 @@
+"""The elastic step of a live round (issue #19): after the policy has placed every job's minimum, share out the
+GPUs left idle among elastic jobs, by the multiple-choice knapsack of :mod:`scheduling.core.elastic`.
+
+What is spare: the free GPUs of nodes that take work, less those the round's starts take, plus what running elastic
+jobs hold above their minimums (keeping it is one of their choices), less what the jobs still waiting for GPUs
+need (:data:`~scheduling.core.model.SHORT_OF_GPUS`). Minimums come first: a job waiting for GPUs makes elastic jobs
+give their extras back, never the reverse. Cordoned (short-only) GPUs are never handed out as extras.
+
+Two kinds of growth:
+
+- a job the round starts grows for free: its placement is widened with free GPUs before it starts, on the nodes it
+  already uses first, then on the nodes with most free GPUs (best fit decreasing, as Aryl places workers);
+- a running job changes size only through a restart from its checkpoint (``resize``), charged its restart seconds
+  and held by the hysteresis (a job started less than ``min_interval`` ago keeps its size).
+
+Tenant and user caps still hold: a job grows only within what its tenant's and user's caps leave.
+
+A pending job that was stopped to grow (``gpus > min_gpus``) and which the round could not start, whatever the
+reason (GPUs taken meanwhile, a cap), goes back to its minimum (``reset``): it never waits for GPUs it was only
+offered while they were idle. Starting at its minimum, it is widened again if GPUs are idle then.
+
+Pure: ``now`` is an argument, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+
+from scheduling.core.elastic import DEFAULT_CURVE, ElasticJob, ElasticPlan, Hysteresis, ScalingCurve, allocate_extra
+from scheduling.core.model import SHORT_OF_GPUS, Decision, GpuSlot, JobId, JobView, Placement, Snapshot
+from scheduling.core.states import JobState
+
+
+@dataclass(frozen=True, slots=True)
+class ElasticRules:
+    """The live loop's settings: a resize's cost, the hysteresis, and the remaining time assumed for a job with
+    no estimate (its gain is then a guess, the same for every such job, so sizes follow the scaling curves)."""
+
+    restart_seconds: float = 60.0
+    hysteresis: Hysteresis = Hysteresis(min_gain=60.0, min_interval=600.0)
+    default_remaining: float = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class ElasticOutcome:
+    """The round's starts with elastic ones widened, the running jobs to restart at a new size, and the pending
+    jobs to send back to their minimum."""
+
+    start: tuple[Placement, ...]
+    resize: dict[JobId, int] = field(default_factory=dict)
+    reset: tuple[JobId, ...] = ()
+    plan: ElasticPlan = field(default_factory=ElasticPlan)
+
+
+def elastic_step(
+    snapshot: Snapshot,
+    decision: Decision,
+    *,
+    now: float,
+    rules: ElasticRules = ElasticRules(),
+    curves: Mapping[JobId, ScalingCurve] | None = None,
+    remaining: Mapping[JobId, float | None] | None = None,
+    frozen: Collection[JobId] = (),
+) -> ElasticOutcome:
+    """Size every elastic job for this round (see the module). ``frozen`` jobs keep their size (a stop is already
+    on its way); ``remaining`` is seconds of work left per job (None or missing: ``rules.default_remaining``)."""
+    curves = curves or {}
+    remaining = remaining or {}
+    views = {job.id: job for job in snapshot.jobs}
+    starting = {p.job_id: p for p in decision.start}
+    reset = tuple(job_id for job_id in decision.waiting if _grown(views.get(job_id)))
+    free = _free_after(snapshot, decision)
+    short = sum(
+        _minimum(views[job_id]) if job_id in reset else views[job_id].gpus
+        for job_id, wait in decision.waiting.items()
+        if wait.reason in SHORT_OF_GPUS and job_id in views
+    )
+    candidates: list[ElasticJob] = []
+    held_extra = 0
+    for job in snapshot.jobs:
+        if not job.elastic or job.id in frozen:
+            continue
+        running = job.state == JobState.RUNNING and job.id not in decision.preempt
+        if not running and job.id not in starting:
+            continue
+        assert job.min_gpus is not None and job.max_gpus is not None  # elastic
+        size = max(job.min_gpus, min(job.max_gpus, len(job.allocation) if running else len(starting[job.id].slots)))
+        if running:
+            held_extra += size - job.min_gpus
+        candidates.append(
+            ElasticJob(
+                id=job.id,
+                # A job starting this round keeps what it starts with: the GPUs are already out of ``free``.
+                min_gpus=job.min_gpus if running else size,
+                max_gpus=job.max_gpus,
+                gpus=size,
+                remaining=_remaining(remaining.get(job.id), rules),
+                curve=curves.get(job.id, DEFAULT_CURVE),
+                restart_seconds=rules.restart_seconds if running else 0.0,
+                last_resized=job.last_started if running else None,
+                starting=not running,
+            )
+        )
+    if not candidates:
+        return ElasticOutcome(start=decision.start, reset=reset)
+    spare = max(0, sum(len(gpus) for gpus in free.values()) + held_extra - short)
+    plan = allocate_extra(candidates, spare, now=now, hysteresis=rules.hysteresis)
+    headroom = _Headroom.of(snapshot, decision)
+    start = list(decision.start)
+    resize: dict[JobId, int] = {}
+    for item in sorted(candidates, key=lambda c: str(c.id)):
+        view = views[item.id]
+        want = headroom.allow(view, item.gpus, plan.sizes[item.id])
+        if item.id in starting:
+            if want > item.gpus:
+                index = start.index(starting[item.id])
+                start[index] = _widen(starting[item.id], want - item.gpus, free)
+                headroom.take(view, len(start[index].slots) - item.gpus)
+        elif want != item.gpus:
+            resize[item.id] = want
+            headroom.take(view, want - item.gpus)
+    return ElasticOutcome(start=tuple(start), resize=resize, reset=reset, plan=plan)
+
+
+def _minimum(job: JobView) -> int:
+    return job.min_gpus if job.min_gpus is not None else job.gpus
+
+
+def _grown(job: JobView | None) -> bool:
+    return job is not None and job.state == JobState.PENDING and job.elastic and job.gpus > _minimum(job)
+
+
+def _remaining(estimate: float | None, rules: ElasticRules) -> float:
+    return rules.default_remaining if estimate is None else max(0.0, estimate)
+
+
+def _free_after(snapshot: Snapshot, decision: Decision) -> dict[str, list[int]]:
+    """Free GPUs of nodes that take work, not cordoned, less the round's starts: node name -> GPU ids."""
+    taken = {slot.gpu for p in decision.start for slot in p.slots}
+    return {
+        node.name: [g for g in node.free_gpus if g not in taken and g not in node.short_only]
+        for node in snapshot.nodes
+        if node.schedulable
+    }
+
+
+def _widen(placement: Placement, extra: int, free: dict[str, list[int]]) -> Placement:
+    """``placement`` with up to ``extra`` more free GPUs (taken out of ``free``): on its own nodes first, most free
+    first, then on the nodes with most free GPUs."""
+    own = Counter(slot.node for slot in placement.slots)
+    order = sorted(free, key=lambda name: (name not in own, -len(free[name]), name))
+    added: list[GpuSlot] = []
+    for name in order:
+        while free[name] and len(added) < extra:
+            added.append(GpuSlot(node=name, gpu=free[name].pop(0)))
+    return Placement(job_id=placement.job_id, slots=placement.slots + tuple(added))
+
+
+@dataclass
+class _Headroom:
+    """GPUs each tenant's and user's cap still allows, after the running jobs, the held GPUs and the round's
+    starts (None: no cap)."""
+
+    tenant: dict[str, int | None]
+    user: dict[tuple[str, str], int | None]
+
+    @classmethod
+    def of(cls, snapshot: Snapshot, decision: Decision) -> _Headroom:
+        used_t: dict[str, int] = defaultdict(int)
+        used_u: dict[tuple[str, str], int] = defaultdict(int)
+        views = {job.id: job for job in snapshot.jobs}
+        holders = [
+            (job.tenant, job.user, job.gpus)
+            for job in snapshot.jobs
+            if job.state == JobState.RUNNING and job.id not in decision.preempt
+        ]
+        holders += [(views[p.job_id].tenant, views[p.job_id].user, len(p.slots)) for p in decision.start]
+        holders += [(held.tenant, held.user, held.gpus) for held in snapshot.held]
+        for tenant, user, gpus in holders:
+            used_t[tenant] += gpus
+            used_u[(tenant, user)] += gpus
+        tenant_left: dict[str, int | None] = {}
+        user_left: dict[tuple[str, str], int | None] = {}
+        for name, limits in snapshot.tenants.items():
+            tenant_left[name] = None if limits.gpu_cap is None else limits.gpu_cap - used_t[name]
+        for job in snapshot.jobs:
+            of_tenant = snapshot.tenants.get(job.tenant)
+            cap = of_tenant.user_cap if of_tenant is not None else None
+            user_left[(job.tenant, job.user)] = None if cap is None else cap - used_u[(job.tenant, job.user)]
+        return cls(tenant_left, user_left)
+
+    def allow(self, job: JobView, size: int, want: int) -> int:
+        """``want`` if it shrinks or the caps leave room for the growth, else as much growth as they leave."""
+        if want <= size:
+            return want
+        room = [
+            left for left in (self.tenant.get(job.tenant), self.user.get((job.tenant, job.user))) if left is not None
+        ]
+        return size + max(0, min([want - size, *room]))
+
+    def take(self, job: JobView, gpus: int) -> None:
+        key = (job.tenant, job.user)
+        if self.tenant.get(job.tenant) is not None:
+            self.tenant[job.tenant] = (self.tenant[job.tenant] or 0) - gpus
+        if self.user.get(key) is not None:
+            self.user[key] = (self.user[key] or 0) - gpus
