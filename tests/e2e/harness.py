@@ -41,6 +41,7 @@ TIMINGS = {
     "CORRAL_NODE_TIMEOUT": 3.0,
     "CORRAL_SCHEDULE_EVERY": 1.0,
     "CORRAL_KILL_GRACE": 2.0,
+    "CORRAL_CHECKPOINT_SECONDS": 2.0,  # the notice before a resize or a reclaim stops a job
 }
 AGENT_GRACE = 2.0
 START_TIMEOUT = 45.0
