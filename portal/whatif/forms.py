@@ -26,6 +26,7 @@ from django.forms.boundfield import BoundWidget
 from django.utils import timezone
 
 from portal.whatif.describe import layout_text
+from portal.whatif.elastic_form import clean_elastic, elastic_fields
 from portal.whatif.selectors import ClusterShape
 from portal.whatif.services import ReplayCluster
 from scheduling.core.model import TenantLimits
@@ -169,6 +170,7 @@ class WhatIfForm(forms.Form):
         self.quotas = dict(sorted(quotas.items()))  # today's, by slug: the inputs' initial values and what an edit is
         self.quota_refusals: list[str] = []  # the service's refusals of the quota changes, shown under the table
         self._add_quota_fields()
+        self.fields.update(elastic_fields())  # after the sharing inputs (#19)
         field = self.fields["policies"]
         assert isinstance(field, forms.MultipleChoiceField)  # declared above; each form has its own copy
         # Every policy, then each with the tenant layer, whatever runs live: "what would +quota have done" is the
@@ -285,6 +287,7 @@ class WhatIfForm(forms.Form):
         if data.get("cluster") == ReplayCluster.UNIFORM:
             self._clean_uniform(data)
         self._clean_quotas(data)
+        clean_elastic(self, data)
         return data
 
     def _clean_quotas(self, data: dict[str, Any]) -> None:

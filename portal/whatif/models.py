@@ -73,6 +73,19 @@ class WhatIfRun(models.Model):
         help_text="The live shared GPUs as [node, index, memory bytes, max clients], copied when the run was asked "
         "for; empty: shared_gpus uniform 80 GiB GPUs.",
     )
+    # Elastic capacity (issue #19): one policy also replayed with no loaning and no elasticity, then with elastic
+    # jobs and a loaned inference pool (``portal.whatif.elastic_replay``).
+    elastic = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="The elastic replay asked for: {policy, elastic_share, elastic_factor, loan_pool_servers, "
+        "loan_pool_gpus, reclaim_deadline}; null: none.",
+    )
+    elastic_results = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="The elastic replay's arms, {policy, arms: [{arm, ...summary}]}; null until done, or none asked.",
+    )
 
     state = models.CharField(max_length=16, choices=WhatIfState.choices, default=WhatIfState.QUEUED)
     jobs = models.PositiveIntegerField(default=0, help_text="Finished jobs replayed.")

@@ -21,6 +21,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from portal.whatif.describe import cluster_text, is_live_copy
+from portal.whatif.elastic_serializers import ElasticAskSerializer, ElasticRequestFields, ElasticResultsSerializer
 from portal.whatif.models import WhatIfRun, WhatIfState
 from portal.whatif.results import baseline, observed_row, table_rows
 from portal.whatif.selectors import ClusterShape
@@ -58,7 +59,7 @@ class QuotaChangeSerializer(serializers.Serializer[dict[str, Any]]):
     )
 
 
-class WhatIfRequestSerializer(ShareRequestFields):
+class WhatIfRequestSerializer(ShareRequestFields, ElasticRequestFields):
     """A what-if run to queue. What is left out is the live cluster's, with the tenants' quotas of now, as the
     browser's form pre-fills it."""
 
@@ -147,6 +148,7 @@ class WhatIfRequestSerializer(ShareRequestFields):
         return value.strip().lower()  # as the form: "Helios " is helios; whatif_create judges the rest
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        attrs = super().validate(attrs)  # the elastic fields, as one ElasticAsk or None
         attrs.setdefault("policies", [self.context["live_policy"]])
         attrs.setdefault("placement", self.context["live_placement"])
         attrs.setdefault("fair_share_half_life_hours", self.context["half_life_hours"])
@@ -254,6 +256,7 @@ class WhatIfResultsSerializer(serializers.Serializer[dict[str, Any]]):
     sharing = ShareResultsSerializer(
         allow_null=True, help_text="The sharing replay, for a run with `sharing`; null otherwise."
     )
+    elastic = ElasticResultsSerializer(allow_null=True, help_text="The elastic replay, for a run with `elastic`.")
     figures = serializers.ListField(
         child=serializers.DictField(),
         allow_null=True,
@@ -303,6 +306,7 @@ class WhatIfRunSerializer(serializers.ModelSerializer[WhatIfRun]):
         help_text='What the run replayed on, as its page says it: "Live nodes: 3 nodes, 20 GPUs (2 × 8 + 1 × 4), '
         '2 racks" or "Uniform: 2 × 4 GPUs, 1 rack".'
     )
+    elastic = ElasticAskSerializer(read_only=True, allow_null=True, help_text="The elastic replay asked; null: none.")
     results = serializers.SerializerMethodField(help_text="Null until the run is done, and in the list.")
 
     class Meta:
@@ -332,6 +336,7 @@ class WhatIfRunSerializer(serializers.ModelSerializer[WhatIfRun]):
             "sharing",
             "share_placers",
             "shared_gpus",
+            "elastic",
             "jobs",
             "error",
             "results",
@@ -377,6 +382,7 @@ class WhatIfRunSerializer(serializers.ModelSerializer[WhatIfRun]):
             "policies": policies,
             "observed": None if observed_shown is None else {**observed, "shown": observed_shown},
             "sharing": stored.get("sharing"),
+            "elastic": run.elastic_results,
             "figures": stored.get("figures", []) if self.context.get("figures") else None,
         }
         return dict(WhatIfResultsSerializer(results).data)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
@@ -23,8 +22,9 @@ from django.utils import timezone
 from portal.errors import NotAllowed, ServiceError, ValidationFailed
 from portal.jobs.selectors import job_history_trace
 from portal.queue import WHATIF_RUN, enqueue, enqueue_on_commit
-from portal.tenants.selectors import tenant_limits
+from portal.whatif.elastic_replay import ElasticAsk, ElasticReplayError, elastic_refusal, elastic_replay, elastic_stored
 from portal.whatif.models import WhatIfRun, WhatIfState
+from portal.whatif.quotas import run_quotas
 from portal.whatif.results import merge_figures, observed, policy_figures, policy_record
 from portal.whatif.selectors import whatif_live_cluster, whatif_live_shared_gpus, whatif_window_has_jobs
 from portal.whatif.share_replay import SharedGpuError, share_replay
@@ -36,7 +36,6 @@ from scheduling.sim.replay_rules import (
     MAX_GPUS_PER_NODE,
     MAX_NODES,
     Refusal,
-    quota_refusal,
     replay_refusal,
     share_refusal,
     size_refusal,
@@ -95,6 +94,7 @@ def whatif_create(
     sharing: bool = False,
     share_placers: Sequence[str] = (),
     shared_gpus: int | None = None,
+    elastic: ElasticAsk | None = None,
 ) -> WhatIfRun:
     """Store a queued what-if run for ``user`` (staff only) and have a worker replay it.
 
@@ -106,14 +106,15 @@ def whatif_create(
     policies with fair share (usage metered from the replay itself, with that half-life); None or 0: without.
     ``sharing`` also replays the window's shares of a GPU (issue #17), a GPU each and under each of
     ``share_placers`` (none named: every placer), on ``shared_gpus`` uniform 80 GiB GPUs or, without a count, a
-    copy of the live GPUs marked shared.
+    copy of the live GPUs marked shared. ``elastic`` also replays the first policy the elastic replay takes
+    without and with elastic jobs and a loaned inference pool (issue #19, ``portal.whatif.elastic_replay``).
 
     Refuses (``ValidationFailed``, field-scoped) unknown policies or placement, an overhead that is neither a number
     of seconds >= 0 nor ``helios``, a live cluster with no node, a uniform one out of bounds, ``until`` not after
-    ``since``, an unknown share placer, sharing with no live shared GPU and no count, and a window in which no
-    finished job was submitted; ``NotAllowed`` for a user who is not staff (the
-    replay reads every tenant's jobs). Side effect: ``whatif_run`` is queued once the run is committed (``robust``:
-    a broker that is briefly down leaves the run queued, not the request failed).
+    ``since``, an unknown share placer, sharing with no live shared GPU and no count, an elastic replay its rules
+    refuse (``elastic_refusal``), and a window in which no finished job was submitted; ``NotAllowed`` for a user
+    who is not staff (the replay reads every tenant's jobs). Side effect: ``whatif_run`` is queued once the run is
+    committed (``robust``: a broker that is briefly down leaves the run queued, not the request failed).
     """
     if not user.is_staff:
         raise NotAllowed("only admins may replay the cluster's history")
@@ -151,9 +152,10 @@ def whatif_create(
         _refuse(share_refusal(sharing=True, placers=placers, shared_gpus=shared_gpus))
     else:
         shared_gpus = None
+    _refuse(elastic_refusal(names, elastic))
     if not whatif_window_has_jobs(since=since, until=until):
         raise ValidationFailed(NO_JOBS, field="since")
-    quotas = _run_quotas(apply_quotas, quota_changes or {})
+    quotas = run_quotas(apply_quotas, quota_changes or {})
     with transaction.atomic():
         run = WhatIfRun.objects.create(
             requested_by=user,
@@ -173,6 +175,7 @@ def whatif_create(
             share_placers=placers,
             shared_gpus=shared_gpus,
             shared_layout=shared_layout,
+            elastic=elastic_stored(names, elastic),
         )
         enqueue_on_commit(WHATIF_RUN, run.pk)
     return run
@@ -192,7 +195,7 @@ def whatif_execute(run_id: int) -> WhatIfRun | None:
     if run is None:
         return None
     try:
-        jobs, results = _replay(run)
+        jobs, results, elastic = _replay(run)
     except WhatIfProblem as problem:
         return _settle(run, WhatIfState.FAILED, error=str(problem))
     except OperationalError:
@@ -201,7 +204,7 @@ def whatif_execute(run_id: int) -> WhatIfRun | None:
     except Exception:
         log.exception("what-if run %s failed", run.pk)
         return _settle(run, WhatIfState.FAILED, error=UNEXPECTED)
-    return _settle(run, WhatIfState.DONE, jobs=jobs, results=results)
+    return _settle(run, WhatIfState.DONE, jobs=jobs, results=results, elastic=elastic)
 
 
 def whatif_sweep(*, now: datetime | None = None) -> tuple[list[int], list[int]]:
@@ -239,16 +242,20 @@ def _claim(run_id: int) -> WhatIfRun | None:
     return run
 
 
-def _settle(run: WhatIfRun, state: WhatIfState, *, error: str = "", jobs: int = 0, results: Any = None) -> WhatIfRun:
+def _settle(
+    run: WhatIfRun, state: WhatIfState, *, error: str = "", jobs: int = 0, results: Any = None, elastic: Any = None
+) -> WhatIfRun:
     """Record the end of a run this worker claimed (a single UPDATE, guarded on ``running``)."""
     fields = {"state": state, "finished_at": timezone.now(), "error": error, "jobs": jobs, "results": results or {}}
+    fields["elastic_results"] = elastic
     WhatIfRun.objects.filter(pk=run.pk, state=WhatIfState.RUNNING).update(**fields)
     run.refresh_from_db()
     return run
 
 
-def _replay(run: WhatIfRun) -> tuple[int, dict[str, Any]]:
-    """(jobs replayed, results) of ``run``; raises ``WhatIfProblem`` for what the admin can fix."""
+def _replay(run: WhatIfRun) -> tuple[int, dict[str, Any], dict[str, Any] | None]:
+    """(jobs replayed, results, the elastic replay's arms or None) of ``run``; raises ``WhatIfProblem`` for what
+    the admin can fix."""
     try:
         _check(
             policies=run.policies,
@@ -312,29 +319,11 @@ def _replay(run: WhatIfRun) -> tuple[int, dict[str, Any]]:
             results["sharing"] = share_replay(run)
         except SharedGpuError as exc:
             raise WhatIfProblem(_sentence(f"the run's stored shared GPUs cannot be read: {exc}")) from None
-    return len(trace) - skipped, results
-
-
-def _run_quotas(apply: bool, changes: Mapping[str, TenantLimits]) -> dict[str, dict[str, Any]] | None:
-    """Today's quotas with ``changes`` laid over them, as the run stores them; None when none apply. Refuses a
-    change for an unknown tenant, or one the quota table itself would refuse (a guarantee above the cap)."""
-    if not apply:
-        if changes:
-            raise ValidationFailed("quota changes need the tenants' quotas applied", field="quota_changes")
-        return None
-    today = tenant_limits()
-    unknown = sorted(set(changes) - set(today))
-    if unknown:
-        raise ValidationFailed(f"no tenant {', '.join(unknown)}", field="quota_changes")
-    for slug, limits in changes.items():
-        refusal = quota_refusal(slug, limits)
-        if refusal is not None:  # said under the one field that holds every change
-            raise ValidationFailed(refusal.message, field="quota_changes")
-    quotas: dict[str, dict[str, Any]] = {}
-    for slug in sorted(today):
-        limits = changes.get(slug, today[slug])
-        quotas[slug] = asdict(limits) | ({"edited": True} if limits != today[slug] else {})
-    return quotas
+    try:  # on the jobs the policies replayed; None when the run did not ask for it
+        elastic = elastic_replay(run.elastic, replayable, cluster, placement=run.placement)
+    except ElasticReplayError as exc:
+        raise WhatIfProblem(_sentence(str(exc))) from None
+    return len(trace) - skipped, results, elastic
 
 
 def replay_setup(run: WhatIfRun) -> ReplaySetup:

@@ -19,6 +19,7 @@ from portal.errors import ServiceError
 from portal.tenants.selectors import tenant_limits
 from portal.web.htmx import is_htmx
 from portal.whatif.describe import cluster_brief, cluster_text, quota_rows
+from portal.whatif.elastic_replay import elastic_rows
 from portal.whatif.forms import WhatIfForm
 from portal.whatif.models import WhatIfRun, WhatIfState
 from portal.whatif.results import baseline, observed_row, share_rows, table_rows
@@ -100,6 +101,7 @@ def _run_context(run: WhatIfRun) -> dict[str, object]:
     observed = results.get("observed")
     quotas = quota_rows(run)
     sharing = results.get("sharing")
+    elastic = run.elastic_results if run.state == WhatIfState.DONE else None
     return {
         "run": run,
         "cluster_text": cluster_text(run),
@@ -118,4 +120,6 @@ def _run_context(run: WhatIfRun) -> dict[str, object]:
         "figures": results.get("figures", []),
         "sharing": sharing,
         "share_rows": share_rows(sharing.get("modes", [])) if sharing else [],
+        "elastic": elastic,
+        "elastic_rows": elastic_rows(elastic.get("arms", [])) if elastic else [],
     }
