@@ -225,3 +225,24 @@ def node_shared_gpus(*, node_id: int) -> list[SharedGpuRow]:
     clients = shared_gpu_clients(gpu_ids=ids) if ids else {}
     evictions = evictions_by_gpu(gpu_ids=ids) if ids else {}
     return [SharedGpuRow(g.index, g.max_clients, clients.get(g.pk, []), evictions.get(g.pk, 0)) for g in gpus]
+
+
+#: A share's job as the start forecast reads it: ``(pk, tenant, user, name, submitted, time_limit, state, started,
+#: attained_service)``, times in seconds since the epoch.
+ShareJobRow = tuple[int, str, str, str, float, int | None, str, float | None, float]
+
+
+def share_job_rows(*, job_ids: list[int]) -> list[ShareJobRow]:
+    """What the start forecast needs of these shares' jobs to estimate how long each runs. One query."""
+    rows = Job.objects.filter(pk__in=job_ids).values_list(
+        "pk",
+        "tenant__slug",
+        "user__username",
+        "name",
+        EpochSeconds("submitted_at"),
+        "time_limit",
+        "state",
+        EpochSeconds("started_at"),
+        "attained_service",
+    )
+    return list(rows)

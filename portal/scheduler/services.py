@@ -34,6 +34,7 @@ from portal.scheduler.elastic import apply_elastic, size_elastic_jobs
 from portal.scheduler.models import SchedulerRound
 from portal.scheduler.policy_cache import live_policy
 from portal.scheduler.selectors import build_snapshot
+from portal.scheduler.share_forecast import share_forecasts
 from portal.scheduler.shares import share_round
 from scheduling.core import decide
 from scheduling.core.duration_predict import DurationPredictor
@@ -193,11 +194,14 @@ def start_forecast_refresh(*, now: datetime | None = None) -> ForecastResult:
             jobs_in_system, preemptive=needs_preemptive_walk(policy), work=settings.CORRAL_FORECAST_WORK
         ),
     )
+    # Shares of a GPU (issue #17) are placed apart, and forecast apart, on the shared GPUs.
+    shares = share_forecasts(live=live, now=now_ts, predictor=predictor, horizon=settings.CORRAL_FORECAST_HORIZON)
+    every = forecasts | shares
     jobs_set_start_forecasts(
-        forecasts={int(job_id): StartForecast(outlook=f.outlook, at=f.at) for job_id, f in forecasts.items()},
+        forecasts={int(job_id): StartForecast(outlook=f.outlook, at=f.at) for job_id, f in every.items()},
         made_at=began,
     )
     note_forecast_ran(began)
-    estimated = sum(1 for f in forecasts.values() if f.outlook == StartOutlook.ESTIMATED)
+    estimated = sum(1 for f in every.values() if f.outlook == StartOutlook.ESTIMATED)
     duration_ms = (time.perf_counter() - clock) * 1000
-    return ForecastResult(pending=len(forecasts), estimated=estimated, duration_ms=duration_ms)
+    return ForecastResult(pending=len(every), estimated=estimated, duration_ms=duration_ms)

@@ -72,7 +72,7 @@ class _Slot:
     node: Node
 
 
-def _shared_gpus(live: LiveSnapshot, now: float) -> tuple[list[SharedGpuState], list[_Slot]]:
+def shared_gpu_states(live: LiveSnapshot, now: float) -> tuple[list[SharedGpuState], list[_Slot]]:
     """The shared GPUs that may take a new share now (healthy, on a node that is up), with their clients and, on a
     GPU with an online client, that client's measured load (:func:`_online_loads`)."""
     nodes = {n.pk: n for n in live.nodes_by_name.values()}
@@ -111,6 +111,17 @@ def _shared_gpus(live: LiveSnapshot, now: float) -> tuple[list[SharedGpuState], 
         for gpu, tenants, slot in found
     ]
     return states, [slot for _, _, slot in found]
+
+
+def share_demand(share: PendingShare) -> ShareDemand:
+    """The core's view of a pending share."""
+    return ShareDemand(
+        job_id=share.job_id,
+        gpu_fraction=share.fraction,
+        workload_class=WorkloadClass(share.workload_class),
+        gpu_memory_bytes=share.memory_bytes,
+        evictions=share.evictions,
+    )
 
 
 def _online_loads(tenants_by_gpu: dict[int, tuple[ShareTenant, ...]], now: float) -> dict[int, float]:
@@ -185,21 +196,12 @@ def share_round(*, live: LiveSnapshot, now: float) -> int:
         admitted.append(share)
         tenant_use[share.tenant] += share.fraction
         use[key] = use.get(key, 0.0) + share.fraction
-    states, slots = _shared_gpus(live, now)
+    states, slots = shared_gpu_states(live, now)
     started = 0
     if not states:
         reasons.update((s.job_id, (ShareWait.NO_SHARED_GPU, "")) for s in admitted)
     else:
-        demands = [
-            ShareDemand(
-                job_id=s.job_id,
-                gpu_fraction=s.fraction,
-                workload_class=WorkloadClass(s.workload_class),
-                gpu_memory_bytes=s.memory_bytes,
-                evictions=s.evictions,
-            )
-            for s in admitted
-        ]
+        demands = [share_demand(s) for s in admitted]
         placer = resolve_placer(settings.CORRAL_SHARE_PLACER)
         result = placer(states, demands, now, DEFAULT_POLICY)
         placed: set[int] = set()

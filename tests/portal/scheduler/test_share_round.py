@@ -4,6 +4,8 @@ GPU. Ref: #17"""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
@@ -15,7 +17,8 @@ from portal.jobs.services import job_submit
 from portal.jobs.share_spec import ShareSpec
 from portal.nodes.models import Gpu, Node
 from portal.nodes.services import node_heartbeat
-from portal.scheduler.services import scheduling_round
+from portal.scheduler.policy_cache import forget_policies
+from portal.scheduler.services import scheduling_round, start_forecast_refresh
 from tests.fixtures import World
 
 GIB = 1 << 30
@@ -147,3 +150,20 @@ def test_fair_share_counts_a_share_as_its_fraction_of_the_gpu_seconds(world: Wor
     scheduling_round()
     usage = tenant_usage(now=timezone.now() + timedelta(hours=1), half_life=1e9)
     assert usage["other"] / usage["lab"] == pytest.approx(0.25, rel=1e-3)
+
+
+def test_a_waiting_share_is_forecast_to_start_when_the_share_ahead_of_it_ends(world: World) -> None:
+    forget_policies()  # no run times learned from other tests' jobs: the time limit is the estimate
+    share_gpus(world.nodes[1], [2])
+    ahead = job_submit(
+        user=world.eve, command="serve", gpus=1, share=ShareSpec(0.5, 30 * GIB, "offline"), time_limit=1800
+    )
+    scheduling_round()
+    waiting = submit_share(world, 0.5, memory=30 * GIB)  # does not fit beside it: 60 GiB on a 40 GiB GPU
+    scheduling_round()
+    start_forecast_refresh()
+    ahead.refresh_from_db()
+    waiting.refresh_from_db()
+    assert ahead.state == "running" and waiting.state == "pending" and ahead.started_at is not None
+    assert waiting.start_outlook == "estimated" and waiting.expected_start_at is not None
+    assert abs((waiting.expected_start_at - (ahead.started_at + timedelta(seconds=1800))).total_seconds()) < 2
