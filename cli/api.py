@@ -130,6 +130,10 @@ class Node(TypedDict):
     last_heartbeat: str | None
     agent_version: str
     gpus: list[Gpu]
+    power: NotRequired[str]  # on, off (powered down by energy saving), waking (issue #19)
+    pool: NotRequired[str]  # training, or a serving system's loanable pool
+    lent: NotRequired[bool]
+    returning: NotRequired[bool]
 
 
 class Tenant(TypedDict):

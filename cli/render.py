@@ -313,6 +313,13 @@ def _node_state(node: Node) -> Text:
     text = Text(state, style={"up": "green", "draining": "yellow", "down": "red"}.get(state, ""))
     if node.get("state_reason"):
         text.append(f" ({node['state_reason']})")
+    power = node.get("power", "on")
+    if power != "on":  # energy saving (issue #19)
+        text.append(" powered down" if power == "off" else f" {power}", style="yellow")
+    pool = node.get("pool", "training")
+    if pool != "training":  # a serving system's node (issue #19)
+        loan = "returning" if node.get("returning") else "lent" if node.get("lent") else "not lent"
+        text.append(f" [pool {pool}: {loan}]")
     return text
 
 

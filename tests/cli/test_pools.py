@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from portal.nodes.models import Gpu, Node, NodeState
+from portal.nodes.models import Gpu, Node, NodePower, NodeState
 from tests.cli.conftest import Invoke
-from tests.cli.test_against_portal import PASSWORD, Portal, one_error_line, portal  # noqa: F401
+from tests.cli.test_against_portal import PASSWORD, Portal, logged_in, one_error_line, portal  # noqa: F401
 from tests.factories import NodeFactory, UserFactory
 
 
@@ -82,3 +82,13 @@ def test_only_staff_may_lend(corral: Invoke, portal: Portal) -> None:  # noqa: F
     line = one_error_line(corral("pools", "lend", "inference", "srv-1"))
     assert line == "error: You do not have permission to perform this action."
     assert one_error_line(corral("pools")) == "error: You do not have permission to perform this action."
+
+
+def test_corral_nodes_says_a_nodes_pool_loan_and_power(corral: Invoke, logged_in: Portal) -> None:  # noqa: F811
+    Node.objects.filter(name="gpu-01").update(pool="inference", lent=True, power=NodePower.OFF)
+    result = corral("nodes")
+    assert result.exit_code == 0, result.output
+    line = next(line for line in result.stdout.splitlines() if "gpu-01" in line)
+    assert "powered down" in line and "[pool inference: lent]" in line, result.stdout
+    (node,) = json.loads(corral("nodes", "--json").stdout)
+    assert (node["pool"], node["lent"], node["returning"], node["power"]) == ("inference", True, False, "off")
