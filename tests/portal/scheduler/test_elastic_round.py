@@ -154,3 +154,20 @@ def test_the_job_page_shows_the_size_the_notice_and_each_attempts_size(world: Wo
     scheduling_round()
     page = client.get(f"/jobs/{elastic.pk}/").content.decode()
     assert "on 8 GPUs, ran" in page and "then resized" in page and "on 4 GPUs, running" in page
+
+
+def test_the_form_takes_an_elastic_range_and_explains_bad_input(world: World, client: Client) -> None:
+    assert client.login(username="alice", password="pw")
+    for extra, words in [
+        ({"gpus": "4", "max_gpus": "2"}, "must be at least gpus (4)"),
+        ({"gpus": "0.5", "max_gpus": "2"}, "a share of one GPU cannot be elastic"),
+        ({"gpus": "1", "max_gpus": "0"}, "Ensure this value is greater than or equal to 1."),
+        ({"gpus": "1", "max_gpus": "2", "array": "0-3"}, "array tasks cannot be elastic yet"),
+    ]:
+        page = client.post("/jobs/new/", {"command": "x", **extra})
+        assert page.status_code == 200 and words in page.content.decode(), extra
+    assert not Job.objects.exists()
+    response = client.post("/jobs/new/", {"command": "python train.py", "gpus": "2", "max_gpus": "6"})
+    assert response.status_code == 302
+    job = Job.objects.get()
+    assert (job.gpus, job.max_gpus) == (2, 6)
