@@ -15,8 +15,9 @@ class ElasticSubmitFields(serializers.Serializer[dict[str, Any]]):
         default=None,
         min_value=1,
         help_text="An elastic job (issue #19, docs/elastic.md): the most GPUs it may grow to when GPUs are idle; "
-        "`gpus` is the size it is always given. A resize restarts it from its checkpoint (SIGUSR1 first) with "
-        "WORLD_SIZE and the ranks of the new size. Whole GPUs only, not with `array`. Omit or null: inelastic.",
+        "`gpus` is the size it is always given. It runs at `gpus` times a power of two, or at `max_gpus`. A resize "
+        "restarts it from its checkpoint (SIGUSR1 first) with WORLD_SIZE and the ranks of the new size. Whole GPUs "
+        "only, not with `array`. Omit or null: inelastic.",
     )
     scaling = serializers.DictField(
         child=serializers.FloatField(),

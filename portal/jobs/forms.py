@@ -35,7 +35,8 @@ class JobSubmitForm(forms.Form):
         label="Grow up to (elastic)",
         widget=forms.NumberInput(attrs={"placeholder": "e.g. 8"}),
         help_text="Optional, for an elastic job: it always gets GPUs above and may grow to this many while GPUs are "
-        "idle. A resize restarts it from its checkpoint (SIGUSR1 first), with $CORRAL_GPUS and WORLD_SIZE updated.",
+        "idle, in doublings (2, 4, 8). A resize restarts it from its checkpoint (SIGUSR1 first), with $CORRAL_GPUS "
+        "and WORLD_SIZE updated.",
     )
     gpu_memory = forms.CharField(
         required=False,

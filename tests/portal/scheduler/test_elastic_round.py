@@ -50,11 +50,12 @@ def test_an_elastic_job_starts_at_its_largest_size_on_an_idle_cluster(world: Wor
     assert Job.objects.get(pk=job.pk).resize_to is None
 
 
-def test_an_elastic_job_grows_only_into_what_is_idle(world: World) -> None:
+def test_an_elastic_job_grows_only_into_what_is_idle_by_doublings(world: World) -> None:
     other = job_submit(user=world.eve, command="other", gpus=3)
     job = job_submit(user=world.eve, command="train", gpus=2, max_gpus=8)
     scheduling_round()
-    assert _held(Job.objects.get(pk=other.pk)) == 3 and _held(Job.objects.get(pk=job.pk)) == 5
+    # 5 GPUs are idle; its sizes are 2, 4 and 8 (its minimum doubled, and its maximum).
+    assert _held(Job.objects.get(pk=other.pk)) == 3 and _held(Job.objects.get(pk=job.pk)) == 4
 
 
 def test_a_waiting_job_makes_the_elastic_job_shrink_through_a_checkpoint(world: World) -> None:
@@ -98,8 +99,8 @@ def test_the_restarted_attempt_is_told_its_new_size(world: World) -> None:
 
 
 def test_a_tenant_cap_bounds_the_growth(world: World) -> None:
-    # alice's tenant "lab" may hold 6 GPUs at once.
-    job = job_submit(user=world.alice, command="train", gpus=2, max_gpus=8)
+    # alice's tenant "lab" may hold 6 GPUs at once: of its sizes 3, 6 and 9 the cap allows 6.
+    job = job_submit(user=world.alice, command="train", gpus=3, max_gpus=9)
     scheduling_round()
     assert _held(Job.objects.get(pk=job.pk)) == 6
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduling.core.elastic_round import ElasticRules, elastic_step
+from scheduling.core.elastic_round import ElasticRules, elastic_step, size_ladder
 from scheduling.core.model import (
     Decision,
     GpuSlot,
@@ -132,3 +132,10 @@ def test_growth_never_hands_out_a_gpu_twice_or_leaves_the_range(
         view = by_id[job_id]
         assert view.min_gpus is not None and view.max_gpus is not None
         assert view.min_gpus <= size <= view.max_gpus
+
+
+def test_live_sizes_are_the_minimum_doubled_and_the_maximum() -> None:
+    assert size_ladder(2, 8) == (2, 4, 8)
+    assert size_ladder(2, 6) == (2, 4, 6)
+    assert size_ladder(3, 3) == (3,)
+    assert size_ladder(1, 64) == (1, 2, 4, 8, 16, 32, 64)
