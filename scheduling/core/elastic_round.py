@@ -80,6 +80,7 @@ def elastic_step(
     )
     candidates: list[ElasticJob] = []
     held_extra = 0
+    idle = sum(len(gpus) for gpus in free.values())
     for job in snapshot.jobs:
         if not job.elastic or job.id in frozen:
             continue
@@ -93,9 +94,10 @@ def elastic_step(
         candidates.append(
             ElasticJob(
                 id=job.id,
-                # A job starting this round keeps what it starts with: the GPUs are already out of ``free``.
+                # A job starting this round keeps what it starts with (those GPUs are already out of ``free``) and
+                # can grow only into GPUs idle now: what running jobs give back is not free until they restart.
                 min_gpus=job.min_gpus if running else size,
-                max_gpus=job.max_gpus,
+                max_gpus=job.max_gpus if running else min(job.max_gpus, size + idle),
                 gpus=size,
                 remaining=_remaining(remaining.get(job.id), rules),
                 curve=curves.get(job.id, DEFAULT_CURVE),
@@ -107,7 +109,7 @@ def elastic_step(
         )
     if not candidates:
         return ElasticOutcome(start=decision.start, reset=reset)
-    spare = max(0, sum(len(gpus) for gpus in free.values()) + held_extra - short)
+    spare = max(0, idle + held_extra - short)
     plan = allocate_extra(candidates, spare, now=now, hysteresis=rules.hysteresis)
     headroom = _Headroom.of(snapshot, decision)
     start = list(decision.start)

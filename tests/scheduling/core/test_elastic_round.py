@@ -139,3 +139,11 @@ def test_live_sizes_are_the_minimum_doubled_and_the_maximum() -> None:
     assert size_ladder(2, 6) == (2, 4, 6)
     assert size_ladder(3, 3) == (3,)
     assert size_ladder(1, 64) == (1, 2, 4, 8, 16, 32, 64)
+
+
+def test_a_starting_job_never_makes_a_running_one_shrink_for_gpus_it_cannot_take_now() -> None:
+    running = _running(1, [("a", g) for g in range(8)], lo=2, hi=8)  # resized long ago: free to change
+    snapshot = Snapshot(nodes=(_node("a", [], total=8), _node("b", [], total=2)), jobs=(running, _pending(2, 2, 2, 8)))
+    decision = Decision(start=(Placement(2, (GpuSlot("b", 8), GpuSlot("b", 9))),))
+    outcome = elastic_step(snapshot, decision, now=NOW)
+    assert outcome.resize == {} and len(outcome.start[0].slots) == 2
