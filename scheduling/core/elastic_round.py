@@ -13,7 +13,9 @@ Two kinds of growth:
 - a running job changes size only through a restart from its checkpoint (``resize``), charged its restart seconds
   and held by the hysteresis (a job started less than ``min_interval`` ago keeps its size).
 
-Tenant and user caps still hold: a job grows only within what its tenant's and user's caps leave. Sizes follow
+Tenant and user caps still hold: a job grows only within what its tenant's and user's caps leave, never while a
+job of its own tenant (or user) waits on that cap, and running elastic jobs give their extras back when those keep
+such a job waiting. Sizes follow
 :func:`size_ladder` (the minimum times a power of two, and the maximum).
 
 A pending job that was stopped to grow (``gpus > min_gpus``) and which the round could not start, whatever the
@@ -30,7 +32,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from scheduling.core.elastic import DEFAULT_CURVE, ElasticJob, ElasticPlan, Hysteresis, ScalingCurve, allocate_extra
-from scheduling.core.model import SHORT_OF_GPUS, Decision, GpuSlot, JobId, JobView, Placement, Snapshot
+from scheduling.core.model import SHORT_OF_GPUS, Decision, GpuSlot, JobId, JobView, Placement, Snapshot, WaitReason
 from scheduling.core.states import JobState
 
 
@@ -114,9 +116,12 @@ def elastic_step(
     headroom = _Headroom.of(snapshot, decision)
     start = list(decision.start)
     resize: dict[JobId, int] = {}
+    capped = _capped_waiters(snapshot, decision)
     for item in sorted(candidates, key=lambda c: str(c.id)):
         view = views[item.id]
-        allowed = headroom.allow(view, item.gpus, plan.sizes[item.id])
+        # No growth while a job of the same tenant (or user) waits on its cap: the extras would take its place.
+        target = min(plan.sizes[item.id], item.gpus) if _blocks(view, capped) else plan.sizes[item.id]
+        allowed = headroom.allow(view, item.gpus, target)
         want = max((n for n in item.choices() if n <= allowed), default=item.gpus) if allowed > item.gpus else allowed
         if item.id in starting:
             if want > item.gpus:
@@ -126,7 +131,67 @@ def elastic_step(
         elif want != item.gpus:
             resize[item.id] = want
             headroom.take(view, want - item.gpus)
+    _give_back_to_capped(capped, headroom, [c for c in candidates if c.id not in starting], views, resize)
     return ElasticOutcome(start=tuple(start), resize=resize, reset=reset, plan=plan)
+
+
+#: A waiting job held back by its own tenant's or user's cap: ``(tenant, None)`` or ``(tenant, user)`` -> the GPUs
+#: the first such job (in queue order) asks for.
+_Capped = dict[tuple[str, str | None], int]
+
+
+def _capped_waiters(snapshot: Snapshot, decision: Decision) -> _Capped:
+    views = {job.id: job for job in snapshot.jobs}
+    capped: _Capped = {}
+    for job in snapshot.jobs:  # queue order
+        wait = decision.waiting.get(job.id)
+        if wait is None or job.id not in views:
+            continue
+        if wait.reason == WaitReason.TENANT_CAP_REACHED:
+            capped.setdefault((job.tenant, None), _minimum(job))
+        elif wait.reason == WaitReason.USER_CAP_REACHED:
+            capped.setdefault((job.tenant, job.user), _minimum(job))
+    return capped
+
+
+def _blocks(job: JobView, capped: _Capped) -> bool:
+    return (job.tenant, None) in capped or (job.tenant, job.user) in capped
+
+
+def _give_back_to_capped(
+    capped: _Capped,
+    headroom: _Headroom,
+    running: list[ElasticJob],
+    views: Mapping[JobId, JobView],
+    resize: dict[JobId, int],
+) -> None:
+    """Shrink running elastic jobs whose extras keep a job of their own tenant (or user) waiting on its cap: enough,
+    largest extra first, for the first such job to fit, and only when their extras can make it fit (a shrink is a
+    restart; one that frees too little is not worth it)."""
+    for (tenant, user), need in capped.items():
+        left = headroom.tenant.get(tenant) if user is None else headroom.user.get((tenant, user))
+        short = need - max(0, left or 0)
+        mine = [
+            item
+            for item in running
+            if views[item.id].tenant == tenant and (user is None or views[item.id].user == user)
+        ]
+        extra = {item.id: resize.get(item.id, item.gpus) - item.min_gpus for item in mine}
+        if short <= 0 or sum(extra.values()) < short:
+            continue
+        for item in sorted(mine, key=lambda i: (-extra[i.id], str(i.id))):
+            if short <= 0:
+                break
+            current = resize.get(item.id, item.gpus)
+            size = max((n for n in item.choices() if n <= current - min(short, extra[item.id])), default=item.min_gpus)
+            if size >= current:
+                continue
+            short -= current - size
+            headroom.take(views[item.id], size - current)
+            if size == item.gpus:
+                resize.pop(item.id, None)
+            else:
+                resize[item.id] = size
 
 
 def size_ladder(lo: int, hi: int) -> tuple[int, ...]:

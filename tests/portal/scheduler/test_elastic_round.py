@@ -172,3 +172,20 @@ def test_the_form_takes_an_elastic_range_and_explains_bad_input(world: World, cl
     assert response.status_code == 302
     job = Job.objects.get()
     assert (job.gpus, job.max_gpus) == (2, 6)
+
+
+def test_extras_give_way_to_a_job_of_the_same_tenant_waiting_on_its_cap(world: World) -> None:
+    # alice's tenant "lab" may hold 6 GPUs: her elastic job grows to 4, then her 4-GPU job waits on the cap.
+    elastic = job_submit(user=world.alice, command="train", gpus=2, max_gpus=8)
+    scheduling_round()
+    assert _held(Job.objects.get(pk=elastic.pk)) == 4
+    waiting = job_submit(user=world.alice, command="needs four", gpus=4)
+    scheduling_round()
+    elastic.refresh_from_db()
+    assert elastic.resize_to is None and elastic.stop_due_at is not None  # back to its minimum, 2
+    assert Job.objects.get(pk=waiting.pk).reason_code == "tenant_cap_reached"
+    jobs_stop_due(now=timezone.now() + timedelta(seconds=31))
+    elastic.refresh_from_db()
+    _exit_all(elastic)
+    scheduling_round()
+    assert _held(Job.objects.get(pk=elastic.pk)) == 2 and _held(Job.objects.get(pk=waiting.pk)) == 4

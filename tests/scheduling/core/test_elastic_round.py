@@ -147,3 +147,14 @@ def test_a_starting_job_never_makes_a_running_one_shrink_for_gpus_it_cannot_take
     decision = Decision(start=(Placement(2, (GpuSlot("b", 8), GpuSlot("b", 9))),))
     outcome = elastic_step(snapshot, decision, now=NOW)
     assert outcome.resize == {} and len(outcome.start[0].slots) == 2
+
+
+def test_no_growth_while_a_job_of_the_same_tenant_waits_on_its_cap() -> None:
+    snapshot = Snapshot(
+        nodes=(_node("a", [0, 1, 2, 3]),),
+        jobs=(_pending(1, 1, 1, 4), _pending(2, 2)),
+        tenants={"t": TenantLimits(gpu_cap=3)},
+    )
+    decision = Decision(start=(Placement(1, (GpuSlot("a", 0),)),), waiting={2: Wait(WaitReason.TENANT_CAP_REACHED)})
+    (placement,) = elastic_step(snapshot, decision, now=NOW).start
+    assert len(placement.slots) == 1
