@@ -40,14 +40,14 @@ def apply_decision(decision: Decision, live: LiveSnapshot) -> Applied:
     """Write ``decision``. Precondition: inside the round's transaction, holding the scheduler lease."""
     preempted = sum(job_preempt(job_id=int(job_id), actor=ACTOR) for job_id in decision.preempt)
     started = sum(job_start(job_id=int(p.job_id), ranks=_ranks(p, live), actor=ACTOR) for p in decision.start)
-    reasons = {int(job_id): _with_freeing(wait, live) for job_id, wait in decision.waiting.items()}
+    reasons = {int(job_id): _with_gpus_on_their_way(wait, live) for job_id, wait in decision.waiting.items()}
     reasons.update((job_id, (WaitReason.ARRAY_LIMIT, detail)) for job_id, detail in live.held_back.items())
     reasons.update((job_id, (WaitReason.PREVIOUS_ATTEMPT_STOPPING, "")) for job_id in live.awaiting)
     jobs_set_wait_reasons(reasons=reasons)
     return Applied(started=started, preempted=preempted, waiting=len(reasons))
 
 
-def _with_freeing(wait: Wait, live: LiveSnapshot) -> tuple[WaitReason, str]:
+def _with_gpus_on_their_way(wait: Wait, live: LiveSnapshot) -> tuple[WaitReason, str]:
     """A waiting job's reason and detail; one short of GPUs also hears of GPUs on their way: those being freed
     (held by jobs whose processes are stopping), so a wait of a few seconds does not read like a full cluster, and
     those of nodes waking up (energy saving had powered them down), so a wait of minutes says why."""

@@ -9,6 +9,7 @@ go back to their minimum.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 
 from django.conf import settings
@@ -36,12 +37,14 @@ def elastic_rules() -> ElasticRules:
 
 
 def size_elastic_jobs(
-    *, live: LiveSnapshot, decision: Decision, now: datetime, predictor: DurationPredictor
+    *, live: LiveSnapshot, decision: Decision, now: datetime, history: Callable[[], DurationPredictor]
 ) -> ElasticOutcome:
-    """The core's elastic step on this round's snapshot and decision. No query at all when no job is elastic."""
+    """The core's elastic step on this round's snapshot and decision. No query at all when no job is elastic (the
+    run-time ``history`` is fetched only then: topping it up costs a query)."""
     if not any(job.elastic for job in live.snapshot.jobs):
         return ElasticOutcome(start=decision.start)
     now_ts = now.timestamp()
+    predictor = history()
     remaining: dict[JobId, float | None] = {
         job.id: remaining_run_time(job, now=now_ts, predictor=predictor) for job in live.snapshot.jobs if job.elastic
     }

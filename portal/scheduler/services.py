@@ -74,7 +74,7 @@ def scheduling_round() -> LiveRoundResult | None:
         placement = resolve_placement(settings.CORRAL_PLACEMENT, short_limit=settings.CORRAL_CORDON_MAX_TIME_LIMIT)
         decision = decide(live.snapshot, now=now.timestamp(), policy=policy, placement=placement)
         # Elastic jobs (issue #19) grow into what the minimums left idle: starts are widened before they apply.
-        elastic = size_elastic_jobs(live=live, decision=decision, now=now, predictor=_history())
+        elastic = size_elastic_jobs(live=live, decision=decision, now=now, history=_history)
         applied = apply_decision(replace(decision, start=elastic.start), live)
         resized = apply_elastic(outcome=elastic, now=now, actor=ACTOR)
         # Shares of shared GPUs (issue #17), after the whole-GPU decision: its starts count against the caps.
