@@ -372,6 +372,12 @@ CORRAL_PUBLIC_URL: str = env.str("CORRAL_PUBLIC_URL", default="http://127.0.0.1:
 #: Seconds between notification sweeps (job news into the outbox), and how long a webhook may take to answer.
 CORRAL_NOTIFY_EVERY: float = env.float("CORRAL_NOTIFY_EVERY", default=5.0)
 CORRAL_NOTIFY_WEBHOOK_TIMEOUT: float = env.float("CORRAL_NOTIFY_WEBHOOK_TIMEOUT", default=5.0)
+#: Networks no notification webhook is sent to, comma-separated (a user chooses the address, so it must not reach
+#: what only the portal's host can): by default link-local addresses, where clouds serve instance metadata and
+#: credentials. Add loopback (127.0.0.0/8,::1/128) or private ranges where webhooks never live there.
+CORRAL_NOTIFY_WEBHOOK_DENY_NETWORKS: list[str] = env.list(
+    "CORRAL_NOTIFY_WEBHOOK_DENY_NETWORKS", default=["169.254.0.0/16", "fe80::/10", "fd00:ec2::254/128"]
+)
 #: Energy saving (issue #19, docs/energy.md#live-energy-saving): the site's commands that power a node down and
 #: up, each run with the node's name as its last argument (as Slurm's SuspendProgram / ResumeProgram), without a
 #: shell, for at most CORRAL_POWER_COMMAND_TIMEOUT seconds. Both empty (the default): energy saving is off.

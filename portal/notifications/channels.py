@@ -9,11 +9,15 @@ portal can reach that the user cannot.
 from __future__ import annotations
 
 import smtplib
+import socket
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 from django.conf import settings
 from django.core.mail import EmailMessage
+
+from portal.notifications.rules import webhook_address_refused
 
 #: Answers worth another try: a timeout, too early, too many requests (4xx that are not the request's fault).
 RETRYABLE_4XX = frozenset({408, 425, 429})
@@ -48,7 +52,12 @@ def send_email(*, to: str, subject: str, body: str) -> None:
 
 def post_webhook(*, url: str, payload: dict[str, Any]) -> None:
     """POST ``payload`` as JSON to ``url``; any 2xx is delivered. Redirects are not followed (a webhook answers
-    where it is), and the wait is bounded by ``CORRAL_NOTIFY_WEBHOOK_TIMEOUT``."""
+    where it is), and the wait is bounded by ``CORRAL_NOTIFY_WEBHOOK_TIMEOUT``. A host that resolves into a refused
+    network (``CORRAL_NOTIFY_WEBHOOK_DENY_NETWORKS``) is not contacted. The name is resolved again to connect, so a
+    name whose answers change between the two look-ups is not caught: the setting is a guard, not a firewall."""
+    refused = webhook_address_refused(_resolved(url))
+    if refused is not None:
+        raise DeliveryError(refused, permanent=True)
     timeout = settings.CORRAL_NOTIFY_WEBHOOK_TIMEOUT
     try:
         response = httpx.post(
@@ -73,3 +82,16 @@ def post_webhook(*, url: str, payload: dict[str, Any]) -> None:
         )
     permanent = 400 <= status < 500 and status not in RETRYABLE_4XX
     raise DeliveryError(f"the webhook answered {status} {response.reason_phrase}".rstrip(), permanent=permanent)
+
+
+def _resolved(url: str) -> list[str]:
+    """The addresses ``url``'s host resolves to (the host itself when it is an address); none when it does not
+    resolve (the POST then fails as unreachable)."""
+    parts = urlsplit(url)
+    if not parts.hostname:
+        return []
+    try:
+        found = socket.getaddrinfo(parts.hostname, parts.port or 80, proto=socket.IPPROTO_TCP)
+    except (OSError, UnicodeError):
+        return [parts.hostname]
+    return [parts.hostname, *(str(info[4][0]) for info in found)]

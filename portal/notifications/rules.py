@@ -6,8 +6,11 @@ name (API, 400).
 
 from __future__ import annotations
 
+import ipaddress
+from collections.abc import Iterable
 from urllib.parse import urlsplit
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 
 WEBHOOK_SCHEMES = ("http", "https")
@@ -46,6 +49,21 @@ def webhook_url_problem(value: str) -> str | None:
         return f"The address names no host; enter a whole address, {_EXAMPLE}."
     if port == 0:
         return "Port 0 cannot be reached; leave the port out or give the webhook's port."
+    return webhook_address_refused([parts.hostname])  # an address written as such is checked at once
+
+
+def webhook_address_refused(addresses: Iterable[str]) -> str | None:
+    """Why the site sends no webhook to one of ``addresses`` (IP addresses; anything else is skipped), or None:
+    one is in ``CORRAL_NOTIFY_WEBHOOK_DENY_NETWORKS``. Checked on the address as written when it is saved, and on
+    what its host name resolves to before each delivery."""
+    networks = [ipaddress.ip_network(n.strip(), strict=False) for n in settings.CORRAL_NOTIFY_WEBHOOK_DENY_NETWORKS]
+    for address in addresses:
+        try:
+            ip = ipaddress.ip_address(address.strip("[]").split("%")[0])
+        except ValueError:
+            continue  # a host name: resolved and checked at delivery
+        if any(ip.version == net.version and ip in net for net in networks):
+            return f"This site sends no webhooks to {ip}: its network is refused (CORRAL_NOTIFY_WEBHOOK_DENY_NETWORKS)."
     return None
 
 

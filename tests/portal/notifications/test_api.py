@@ -65,6 +65,8 @@ def test_put_replaces_and_patch_changes(api: APIClient, world: World, receiver: 
         ({"webhook_url": "http://"}, "webhook_url", "The address names no host"),
         ({"webhook_url": "https://x.org/" + "a" * 500}, "webhook_url", "to 500 characters"),
         ({"webhook_url": 12}, "webhook_url", "Enter an http:// or https:// address"),
+        ({"webhook_url": "http://169.254.169.254/latest/meta-data/"}, "webhook_url", "sends no webhooks to 169.254"),
+        ({"webhook_url": "http://[fe80::1]/hook"}, "webhook_url", "sends no webhooks to fe80::1"),
         ({"long_wait_minutes": 0}, "long_wait_minutes", "Enter a whole number of minutes from 1 to 43,200"),
         ({"long_wait_minutes": 43_201}, "long_wait_minutes", "Enter a whole number of minutes from 1 to 43,200"),
         ({"long_wait_minutes": "an hour"}, "long_wait_minutes", "Enter a whole number of minutes from 1 to 43,200"),

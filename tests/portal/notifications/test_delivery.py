@@ -124,6 +124,24 @@ def test_an_unreachable_webhook_says_so(world: World, receiver: Receiver) -> Non
         notification_deliver(notification_id=row.pk)
 
 
+def test_a_webhook_whose_host_resolves_into_a_refused_network_is_not_contacted(
+    world: World,
+    receiver: Receiver,
+    settings,  # noqa: ANN001
+) -> None:
+    """The address was fine when saved (a name, or a network the site refused later): each delivery checks what the
+    host resolves to, and a refused one fails for good without a request."""
+    wants(world.alice, webhook=receiver.url.replace("127.0.0.1", "localhost"))
+    settings.CORRAL_NOTIFY_WEBHOOK_DENY_NETWORKS = ["127.0.0.0/8", "::1/128"]
+    finish(run(world.alice), exit_code=0)
+    notifications_sweep()
+    row = Notification.objects.get()
+    notification_deliver(notification_id=row.pk)
+    row.refresh_from_db()
+    assert row.state == DeliveryState.FAILED and "sends no webhooks to" in row.last_error
+    assert receiver.requests == []
+
+
 def test_mail_and_webhook_both_go_out_and_are_tracked_apart(
     world: World, receiver: Receiver, eager: None, django_capture_on_commit_callbacks
 ) -> None:
