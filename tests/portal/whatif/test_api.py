@@ -13,7 +13,6 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.test import Client
 from rest_framework.test import APIClient
 
-from portal import celery_app
 from portal.jobs.models import Job
 from portal.nodes.models import Node, NodeState
 from portal.tenants.models import Quota
@@ -22,7 +21,6 @@ from portal.whatif.serializers import LIVE_IS_AS_IT_IS, NO_LIVE_CLUSTER
 from portal.whatif.services import NO_LIVE_NODES, whatif_execute
 from tests.factories import UserFactory
 from tests.fixtures import World, register_node
-from tests.history import small_history
 
 URL = "/api/v1/whatif/"
 CLUSTER = {"nodes": 2, "gpus_per_node": 4}
@@ -33,31 +31,6 @@ QUOTAS = {
 }
 #: The same as the run row stores them: "edited" is only written for a changed tenant.
 STORED_QUOTAS = {slug: {k: v for k, v in q.items() if k != "edited"} for slug, q in QUOTAS.items()}
-
-
-@pytest.fixture
-def root(world: World) -> AbstractBaseUser:
-    return UserFactory(username="root", is_staff=True)
-
-
-@pytest.fixture
-def staff(root: AbstractBaseUser) -> APIClient:
-    """An API client of a staff admin, through a real token."""
-    client = APIClient()
-    token = client.post("/api/v1/auth/token/", {"username": "root", "password": "pw"}, format="json").json()["token"]
-    client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
-    return client
-
-
-@pytest.fixture
-def history(world: World) -> dict[str, Job]:
-    return small_history(world.tenant, world.other_tenant, {"alice": world.alice, "bob": world.bob, "eve": world.eve})
-
-
-@pytest.fixture
-def eager(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The replay a create queues runs in the test, for real, instead of needing a broker and a worker."""
-    monkeypatch.setitem(celery_app.conf, "task_always_eager", True)
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.test import Client, TestCase
 from rest_framework.test import APIClient
 
-from portal import celery_app
 from portal.jobs.models import Job
 from portal.whatif.elastic_replay import ElasticAsk, elastic_refusal, elastic_rows
 from portal.whatif.models import WhatIfRun, WhatIfState
@@ -26,19 +25,6 @@ ARM_KEYS = {"arm", "jobs", "avg_queue", "avg_jct", "makespan", "usage", "trainin
             "lent_node_hours"}  # fmt: skip
 POSTED = {"policies": ["fifo"], "placement": "count", "preemption_overhead": "0", "cluster": "uniform",
           "nodes": "2", "gpus_per_node": "4", "racks": "1"}  # fmt: skip
-
-
-@pytest.fixture
-def staff(root: AbstractBaseUser) -> APIClient:
-    client = APIClient()
-    token = client.post("/api/v1/auth/token/", {"username": "root", "password": "pw"}, format="json").json()["token"]
-    client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
-    return client
-
-
-@pytest.fixture
-def eager(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(celery_app.conf, "task_always_eager", True)
 
 
 @pytest.fixture

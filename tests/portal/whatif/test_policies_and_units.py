@@ -18,14 +18,8 @@ from scheduling.core.policies import POLICIES, QUOTA_SUFFIX, resolve_policy
 from scheduling.sim.metrics import measure
 from scheduling.sim.report import Run
 from scheduling.sim.simulator import Cluster, JobOutcome, SimResult, Timeline
-from tests.factories import UserFactory
 from tests.fixtures import World
 from tests.history import small_history
-
-
-@pytest.fixture
-def root(world: World) -> AbstractBaseUser:
-    return UserFactory(username="root", is_staff=True)
 
 
 @pytest.fixture

@@ -11,40 +11,15 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.test import Client, TestCase
 from rest_framework.test import APIClient
 
-from portal import celery_app
 from portal.jobs.models import Job
 from portal.nodes.models import Gpu
 from portal.whatif.models import WhatIfRun
-from tests.factories import UserFactory
 from tests.fixtures import World, register_node
-from tests.history import finished_job, small_history
+from tests.history import finished_job
 from tests.portal.whatif.test_api import _conforms
 
 URL = "/api/v1/whatif/"
 BODY = {"policies": ["fifo"], "nodes": 2, "gpus_per_node": 4, "apply_quotas": False}
-
-
-@pytest.fixture
-def root(world: World) -> AbstractBaseUser:
-    return UserFactory(username="root", is_staff=True)
-
-
-@pytest.fixture
-def staff(root: AbstractBaseUser) -> APIClient:
-    client = APIClient()
-    token = client.post("/api/v1/auth/token/", {"username": "root", "password": "pw"}, format="json").json()["token"]
-    client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
-    return client
-
-
-@pytest.fixture
-def eager(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(celery_app.conf, "task_always_eager", True)
-
-
-@pytest.fixture
-def history(world: World) -> dict[str, Job]:
-    return small_history(world.tenant, world.other_tenant, {"alice": world.alice, "bob": world.bob, "eve": world.eve})
 
 
 @pytest.fixture

@@ -20,23 +20,12 @@ from portal.whatif.selectors import ClusterShape
 from portal.whatif.services import ReplayCluster, whatif_create, whatif_execute
 from scheduling.core.model import TenantLimits
 from scheduling.core.policies import POLICIES
-from tests.factories import QuotaFactory, TenantFactory, UserFactory
+from tests.factories import QuotaFactory, TenantFactory
 from tests.fixtures import World, register_node
-from tests.history import small_history
 
 HTMX = {"HTTP_HX_REQUEST": "true"}
 PLOTLY = "/static/vendor/plotly/plotly.min.js"
 KEYS = ("guaranteed_gpus", "gpu_cap", "user_cap")  # the quota table's columns, as the inputs are named
-
-
-@pytest.fixture
-def root(world: World) -> AbstractBaseUser:
-    return UserFactory(username="root", is_staff=True)
-
-
-@pytest.fixture
-def history(world: World) -> dict[str, Job]:
-    return small_history(world.tenant, world.other_tenant, {"alice": world.alice, "bob": world.bob, "eve": world.eve})
 
 
 @pytest.fixture
