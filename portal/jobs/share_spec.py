@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from portal.errors import ValidationFailed
 from portal.jobs.models import WorkloadClass
 from portal.nodes.selectors import largest_shared_gpu_bytes
-from scheduling.core.sharing import DEFAULT_RESERVE_BYTES, MIB
+from scheduling.core.sharing import DEFAULT_RESERVE_BYTES, GRANT_STEP, MIB
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -31,6 +31,10 @@ MAX_GPU_MEMORY = 1 << 40
 #: An hour is far past any latency target; the bound keeps a typo (seconds meant as ms) from reading as "never".
 MIN_LATENCY_SLO_MS = 1
 MAX_LATENCY_SLO_MS = 3_600_000
+#: The smallest share: MPS thread limits go in whole percent (the core's grant step), so a smaller ask could never
+#: be given any compute and would wait for ever.
+MIN_SHARE = GRANT_STEP
+_NOT_A_NUMBER = "give a whole number of GPUs, or a fraction of one GPU like 0.25"
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,17 +88,20 @@ def parse_latency_slo_ms(value: object) -> int:
 
 def parse_gpus(value: object) -> tuple[int, float | None]:
     """``gpus`` as submitted: a whole number of GPUs (``(n, None)``), or a fraction in (0, 1) of one GPU
-    (``(1, fraction)``). Raises ``ValueError`` with a readable message for anything else (0, negative, 1.5, nan)."""
+    (``(1, fraction)``, at least :data:`MIN_SHARE`). Raises ``ValueError`` with a readable message for anything else (0,
+    negative, 0.001, 1.5, nan)."""
     if isinstance(value, bool):
-        raise ValueError("give a whole number of GPUs, or a fraction of one GPU between 0 and 1 (like 0.25)")
+        raise ValueError(_NOT_A_NUMBER)
     try:
         number = float(value) if isinstance(value, (int, float, str)) else math.nan
     except ValueError:
         number = math.nan
-    if math.isfinite(number) and number <= 0 and number.is_integer():
-        raise ValueError("ensure this value is greater than or equal to 1")  # the words the API always said
-    if not math.isfinite(number) or number <= 0:
+    if not math.isfinite(number):
+        raise ValueError(_NOT_A_NUMBER)
+    if number <= 0:
         raise ValueError("a job needs more than 0 GPUs: a whole number, or a fraction of one GPU like 0.25")
+    if number < MIN_SHARE:
+        raise ValueError(f"a share is at least {MIN_SHARE:g} of a GPU: MPS gives out compute in whole percent")
     if number < 1:
         return 1, number
     if not number.is_integer():
@@ -104,8 +111,8 @@ def parse_gpus(value: object) -> tuple[int, float | None]:
 
 def check_share(share: ShareSpec) -> None:
     """Refuse a share that could never run (see the module docstring). One query: the largest shared GPU."""
-    if not 0 < share.fraction < 1:
-        raise ValidationFailed("a share is a fraction of one GPU between 0 and 1", field="gpus")
+    if not MIN_SHARE <= share.fraction < 1:
+        raise ValidationFailed(f"a share is a fraction of one GPU from {MIN_SHARE:g} to below 1", field="gpus")
     if share.workload_class not in WorkloadClass.values:
         raise ValidationFailed("the workload class must be online or offline", field="workload_class")
     if share.latency_slo_ms is not None and share.workload_class != WorkloadClass.ONLINE:

@@ -194,7 +194,10 @@ def test_submit_into_a_named_tenant_with_a_name(corral: Invoke, logged_in: Porta
 @pytest.mark.parametrize(
     ("args", "line"),
     [
-        (["--gpus", "0"], "error: gpus: Ensure this value is greater than or equal to 1."),
+        (
+            ["--gpus", "0"],
+            "error: gpus: A job needs more than 0 GPUs: a whole number, or a fraction of one GPU like 0.25.",
+        ),
         (["--gpus", "3"], "error: gpus: the cluster has 2 GPUs; this job asks for 3"),
         (["--tenant", "nope"], "error: tenant: unknown tenant 'nope'"),
         (

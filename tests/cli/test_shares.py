@@ -32,7 +32,8 @@ def test_bad_share_input_is_one_line_and_a_usage_error(corral: Invoke, args: lis
 @pytest.mark.parametrize(
     ("value", "words"),
     [
-        ("0", "error: gpus: Ensure this value is greater than or equal to 1."),
+        ("0", "error: gpus: A job needs more than 0 GPUs: a whole number, or a fraction of one GPU like 0.25."),
+        ("0.001", "error: gpus: A share is at least 0.01 of a GPU: MPS gives out compute in whole percent."),
         ("-0.5", "error: gpus: A job needs more than 0 GPUs: a whole number, or a fraction of one GPU like 0.25."),
     ],
 )

@@ -43,6 +43,7 @@ def test_whole_numbers_keep_their_meaning(world: World, api: APIClient) -> None:
     [
         ({"gpus": 0}, "gpus"),
         ({"gpus": -0.5}, "gpus"),
+        ({"gpus": 1e-9}, "gpus"),  # below MPS's whole percent: it could never be given compute
         ({"gpus": 1.5}, "gpus"),
         ({"gpus": "nan"}, "gpus"),
         ({"gpus": True}, "gpus"),
@@ -76,8 +77,10 @@ def test_the_form_takes_a_share_and_explains_bad_input(world: World, client: Cli
     share_gpus(world.nodes[0], [0], memory_mb=40 * 1024)
     assert client.login(username="alice", password="pw")
     for gpus, extra, words in [
-        ("0", {}, "Ensure this value is greater than or equal to 1."),
+        ("0", {}, "A job needs more than 0 GPUs"),
         ("-0.5", {}, "A job needs more than 0 GPUs"),
+        ("0.001", {}, "A share is at least 0.01 of a GPU"),
+        ("a quarter", {}, "Give a whole number of GPUs, or a fraction of one GPU like 0.25."),
         ("1.5", {}, "More than one GPU must be a whole number"),
         ("0.25", {"gpu_memory": "64G"}, "no shared GPU can give 64.0 GiB"),
         ("2", {"workload_class": "online"}, "Only a share (GPUs between 0 and 1) has a class."),

@@ -54,7 +54,7 @@ def test_submit_form_shows_readable_errors(world: World, client: Client) -> None
     empty = client.post("/jobs/new/", {"command": "   ", "gpus": "abc"})
     assert (
         b"Enter the command to run." in empty.content
-        and b"a whole number, or a fraction of one GPU like 0.25" in empty.content
+        and b"Give a whole number of GPUs, or a fraction of one GPU like 0.25." in empty.content
     )
     assert not Job.objects.exists()
 
