@@ -11,7 +11,9 @@ every placement and apply each placement before the next one, so none can break 
 - ``matching`` (MuxFlow): waiting shares and GPUs with room are the two sides of a bipartite graph whose edge
   weights are the predicted co-location benefit (:func:`benefit`); ``scipy.optimize.linear_sum_assignment`` picks
   the pairs of largest total weight, each GPU taking at most one new client per round. Rounds repeat while some
-  share still fits somewhere, so more shares than GPUs is fine. Infeasible pairs never carry a placement.
+  share still fits somewhere, so more shares than GPUs is fine. Infeasible pairs never carry a placement. A share
+  may wait a round for a GPU in use, and empty GPUs are offered only as a burst needs them, so shares that arrive
+  together still pack (:func:`matching`).
 
 Online shares are placed before offline ones by every placer (they are latency-critical and at most one fits a
 GPU); the matching treats them in its first rounds like any other share.
@@ -19,6 +21,7 @@ GPU); the matching treats them in its first rounds like any other share.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -186,7 +189,19 @@ def matching(
 
     In each round every feasible (share, GPU) pair gets its :func:`benefit`; infeasible pairs get a weight so low
     that the assignment uses as many feasible pairs as it can before it looks at weights, and any infeasible pair
-    it still returns is dropped. A round that places nothing ends the placer."""
+    it still returns is dropped. A round that places nothing ends the placer.
+
+    Each GPU takes one new client per round, so two shares that would both do best on the same GPU in use cannot
+    both go there in one round. Left alone, the assignment would put the second on an empty GPU, and a burst of
+    shares would spread over empty GPUs one by one. Two things keep it packing:
+
+    - *Waiting a round*: a share that fits a GPU in use may instead wait for the next round, with a weight just
+      below its best benefit on a GPU in use. It takes an empty GPU now only where the benefit says that is better
+      than where it could join.
+    - *Opening empty GPUs in proportion*: empty GPUs alike (same memory, reserve and client limit) are
+      interchangeable, so a round offers only as many of each kind as the shares that fit no GPU in use could
+      fill (their fractions summed, rounded up; at least one).
+    """
     # Imported here, not at the top: scipy.optimize takes about half a second to import, which every process that
     # imports the live round would otherwise pay at start (web servers included), and the first round in a worker.
     from scipy.optimize import linear_sum_assignment
@@ -198,11 +213,7 @@ def matching(
     out: list[SharePlacement] = []
     while left:
         window = left[:MATCH_WINDOW]
-        weights = np.full((len(window), len(state)), _INFEASIBLE)
-        for r, demand in enumerate(window):
-            for c, g in enumerate(state):
-                if fits(g, demand, policy):
-                    weights[r, c] = benefit(g, demand, position[demand.job_id], policy)
+        columns, weights = _round_weights(state, window, position, policy)
         feasible_rows = np.flatnonzero((weights > _INFEASIBLE).any(axis=1))
         if feasible_rows.size == 0:
             if len(left) <= MATCH_WINDOW:
@@ -212,16 +223,57 @@ def matching(
         rows, cols = linear_sum_assignment(weights[feasible_rows], maximize=True)
         placed: set[JobId] = set()
         for r, c in zip(rows, cols, strict=True):
+            if c >= len(columns):
+                continue  # the share waits for the next round (its "wait" column)
             demand = window[int(feasible_rows[r])]
+            index = columns[c]
             # A pair may have been feasible only before another placement of this round on the same GPU: never,
             # since each GPU takes one client per round; the check stays because the rule is the contract.
-            if weights[feasible_rows[r], c] > _INFEASIBLE and fits(state[c], demand, policy):
-                out.append(_apply(state, int(c), demand, now, policy))
+            if weights[feasible_rows[r], c] > _INFEASIBLE and fits(state[index], demand, policy):
+                out.append(_apply(state, index, demand, now, policy))
                 placed.add(demand.job_id)
         if not placed:
             break
         left = [d for d in left if d.job_id not in placed]
     return PlaceResult(tuple(out), tuple(state))
+
+
+#: How far below its best benefit on a GPU in use a share's "wait a round" weight is: any real placement on that
+#: GPU beats waiting, so a round in which some share fits somewhere always places one.
+_WAIT_MARGIN = 1e-6
+
+
+def _round_weights(
+    state: Sequence[SharedGpuState],
+    window: Sequence[ShareDemand],
+    position: dict[JobId, float],
+    policy: SharingPolicy,
+) -> tuple[list[int], np.ndarray]:
+    """One matching round's columns (GPU indices: those in use, then the empty ones offered) and its weight matrix:
+    a row per share, a column per offered GPU, then one "wait a round" column per share (see :func:`matching`)."""
+    used = [i for i, g in enumerate(state) if g.tenants or g.whole_holder is not None]
+    kinds: dict[tuple[int, int, int, bool], list[int]] = {}
+    for i, g in enumerate(state):
+        if not g.tenants and g.whole_holder is None:
+            kinds.setdefault((g.gpu.memory_bytes, g.gpu.reserve_bytes, g.gpu.max_clients, g.gpu.sharing), []).append(i)
+
+    def weight(g: SharedGpuState, demand: ShareDemand) -> float:
+        return benefit(g, demand, position[demand.job_id], policy) if fits(g, demand, policy) else _INFEASIBLE
+
+    on_used = np.array([[weight(state[i], d) for i in used] for d in window]).reshape(len(window), len(used))
+    best_used = on_used.max(axis=1, initial=_INFEASIBLE)
+    blocks, columns = [on_used], list(used)
+    for members in kinds.values():
+        on_kind = np.array([weight(state[members[0]], d) for d in window])
+        homeless = (on_kind > _INFEASIBLE) & (best_used <= _INFEASIBLE)
+        wanted = math.ceil(sum(d.gpu_fraction for d, h in zip(window, homeless, strict=True) if h) - 1e-9)
+        offered = members[: max(1, min(len(members), wanted))]
+        blocks.append(np.repeat(on_kind[:, None], len(offered), axis=1))
+        columns.extend(offered)
+    wait = np.full((len(window), len(window)), _INFEASIBLE)
+    can_join = best_used > _INFEASIBLE
+    wait[np.flatnonzero(can_join), np.flatnonzero(can_join)] = best_used[can_join] - _WAIT_MARGIN
+    return columns, np.hstack([*blocks, wait])
 
 
 PLACERS: dict[str, Placer] = {"first-fit": first_fit, "best-fit": best_fit, "matching": matching}

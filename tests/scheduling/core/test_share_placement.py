@@ -170,6 +170,28 @@ def test_more_shares_than_gpus_take_several_matching_rounds():
     assert [len(g.tenants) for g in result.gpus] == [4, 4]
 
 
+def test_a_burst_of_shares_packs_instead_of_taking_one_empty_gpu_each():
+    """Shares that arrive together still share: each GPU takes one new client per matching round, which used to
+    send the second and third share of a burst to empty GPUs of their own (the demo showed 0.5 + 0.25 + 0.25 on
+    three GPUs). Now a share waits a round for a GPU in use, and empty GPUs are opened only as the burst needs."""
+    waiting = [demand(1, 0.5, ONLINE), demand(2, 0.25), demand(3, 0.25)]
+    result = matching(empty(4), waiting, 0.0, STRICT)
+    assert len(result.placements) == 3
+    assert [len(g.tenants) for g in result.gpus] == [3, 0, 0, 0]
+    burst = [demand(j, 0.25) for j in range(10)]  # 2.5 GPUs' worth: three GPUs, not ten
+    packed = matching(empty(10), burst, 0.0, STRICT)
+    assert len(packed.placements) == 10 and sum(bool(g.tenants) for g in packed.gpus) == 3
+
+
+def test_matching_still_opens_an_empty_gpu_where_the_benefit_says_so():
+    """Waiting a round is offered only at the benefit of the best GPU in use: a share that does better alone
+    still takes an empty GPU (here a GPU in use would squeeze it to half its ask)."""
+    policy = SharingPolicy(slowdown_budget=1.0, headroom=0.0, squeeze_floor=0.5)
+    busy, *free = empty(3)
+    result = matching([preload(busy, demand(100, 0.7), policy), *free], [demand(1, 0.6)], 0.0, policy)
+    assert (result.placements[0].index, result.placements[0].grant) == (1, pytest.approx(0.6))
+
+
 def test_an_unknown_placer_is_refused():
     with pytest.raises(ValueError, match="first-fit"):
         resolve_placer("random")
