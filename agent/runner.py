@@ -90,8 +90,9 @@ class Runner:
 
     ``run_as`` names the account jobs run as (None: the agent's own). It is looked up at every start, so an
     account that disappears later fails that task (``failed_to_start``) instead of the agent.
-    ``on_gpus(gpus, busy, pid)`` is told when a task's GPUs become busy or idle, so a simulated probe can show
-    utilisation. ``shares`` runs the tasks that get a share of a GPU (None: such an order is refused).
+    ``on_gpus(gpus, busy, pid, memory_limit_mib)`` is told when a task's GPUs become busy or idle, so a simulated
+    probe can show utilisation (and a share's memory within its MPS limit). ``shares`` runs the tasks that get a
+    share of a GPU (None: such an order is refused).
     """
 
     def __init__(
@@ -99,7 +100,7 @@ class Runner:
         workdir: Path,
         *,
         run_as: str | None = None,
-        on_gpus: Callable[[tuple[int, ...], bool, int | None], None] | None = None,
+        on_gpus: Callable[[tuple[int, ...], bool, int | None, int | None], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         shares: ShareHooks | None = None,
     ) -> None:
@@ -357,7 +358,8 @@ class Runner:
                 log.exception("MPS client hook failed")
         if self.on_gpus is not None and task.gpus:
             try:
-                self.on_gpus(task.gpus, busy, task.pid)
+                limit = task.share.memory_limit_mib if task.share is not None else None
+                self.on_gpus(task.gpus, busy, task.pid, limit)
             except Exception:  # telemetry garnish must never break job control
                 log.exception("GPU activity hook failed")
 

@@ -52,6 +52,7 @@ class ProbeGate:
         self.probe = probe
         self._lock = threading.Lock()
         self._users: dict[int, dict[int | None, int]] = {}  # gpu -> {task pid: count}, for GPUs shared by tasks
+        self._limits: dict[int, dict[int, int]] = {}  # gpu -> {task pid: a share's memory limit in MiB}
         self._held_xids: dict[int, int] = {}  # gpu index -> an XID a peek took from a sample, for the next one
 
     def sample(self, now: float) -> tuple[list[GpuSample], list[XidEvent]]:
@@ -86,18 +87,24 @@ class ProbeGate:
         finally:
             self._lock.release()
 
-    def mark(self, gpus: tuple[int, ...], busy: bool, pid: int | None) -> None:
-        """The runner's ``on_gpus`` hook. Only a simulated probe has ``set_busy``; real GPUs show real load."""
+    def mark(self, gpus: tuple[int, ...], busy: bool, pid: int | None, memory_limit_mib: int | None = None) -> None:
+        """The runner's ``on_gpus`` hook. Only a simulated probe has ``set_busy``; real GPUs show real load.
+        ``memory_limit_mib``: a share's MPS memory limit, which its simulated process then stays within."""
         set_busy = getattr(self.probe, "set_busy", None)
         if set_busy is None:
             return
         with self._lock:
             for gpu in gpus:
                 users = self._users.setdefault(gpu, {})
+                limits = self._limits.setdefault(gpu, {})
                 users[pid] = users.get(pid, 0) + (1 if busy else -1)
                 if users[pid] <= 0:
                     del users[pid]
-                set_busy(gpu, bool(users), [p for p in users if p is not None])
+                    if pid is not None:
+                        limits.pop(pid, None)
+                elif memory_limit_mib is not None and pid is not None:
+                    limits[pid] = memory_limit_mib
+                set_busy(gpu, bool(users), [p for p in users if p is not None], limits)
 
     def close(self) -> None:
         with self._lock:

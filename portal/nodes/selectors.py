@@ -77,11 +77,12 @@ def fenced_gpu_counts(*, node: Node | None = None) -> Counter[int]:
 
 @dataclass(frozen=True, slots=True)
 class NodeRow:
-    """One node of the node list: its present GPUs in index order, each with the job holding it (or None) and
-    whether that job's processes are stopping; ``fenced`` counts GPUs held by its lost tasks."""
+    """One node of the node list: its present GPUs in index order, each with the job holding it (or None), whether
+    that job's processes are stopping, and how many shares hold it (#17; 0 on a GPU no share holds, and then the job
+    is one of them, so the page names the count instead); ``fenced`` counts GPUs held by its lost tasks."""
 
     node: Node
-    gpus: list[tuple[Gpu, int | None, bool]]
+    gpus: list[tuple[Gpu, int | None, bool, int]]
     fenced: int = 0
 
 
@@ -90,11 +91,14 @@ class NodeList:
     rows: list[NodeRow]
     gpu_total: int
     gpu_busy: int
+    #: Of ``gpu_busy``, the GPUs that shares of a GPU hold (issue #17).
+    gpu_shared_busy: int = 0
 
 
 def node_list() -> NodeList:
-    """Every node with its GPUs and their holders, and the cluster's GPU counts. Five queries."""
+    """Every node with its GPUs and their holders, and the cluster's GPU counts. Six queries."""
     busy = gpu_holders()
+    clients = share_client_counts()
     stopping = stopping_gpu_ids()
     fenced = fenced_gpu_counts()
     nodes: QuerySet[Node] = Node.objects.prefetch_related("gpus").order_by("name")
@@ -102,13 +106,15 @@ def node_list() -> NodeList:
         NodeRow(
             node=n,
             gpus=[
-                (g, busy.get(g.pk), g.pk in stopping) for g in sorted(n.gpus.all(), key=lambda g: g.index) if g.present
+                (g, busy.get(g.pk), g.pk in stopping, clients.get(g.pk, 0))
+                for g in sorted(n.gpus.all(), key=lambda g: g.index)
+                if g.present
             ],
             fenced=fenced[n.pk],
         )
         for n in nodes
     ]
-    return NodeList(rows=rows, gpu_total=present_gpu_count(), gpu_busy=len(busy))
+    return NodeList(rows=rows, gpu_total=present_gpu_count(), gpu_busy=len(busy), gpu_shared_busy=len(clients))
 
 
 @dataclass(frozen=True, slots=True)

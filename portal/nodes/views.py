@@ -28,6 +28,7 @@ def node_list_view(request: HttpRequest) -> HttpResponse:
         "rows": nodes.rows,
         "gpu_total": nodes.gpu_total,
         "gpu_busy": nodes.gpu_busy,
+        "gpu_shared_busy": nodes.gpu_shared_busy,
         "cordon_rule": cordon_rule(),
     }
     if is_htmx(request):

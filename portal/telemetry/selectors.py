@@ -11,7 +11,8 @@ from datetime import datetime, timedelta
 from functools import reduce
 
 from django.conf import settings
-from django.db.models import Avg, OuterRef, Q, QuerySet, Subquery
+from django.db.models import Avg, Count, OuterRef, Q, QuerySet, Subquery
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from portal.jobs.models import Allocation
@@ -24,9 +25,11 @@ RECENT = 20
 
 
 def gpus_with_telemetry() -> QuerySet[Gpu]:
-    """Present GPUs with their node, latest sample, risk, the job holding each (``job_id``, ``tenant``) and the
-    last XID it reported (``last_xid``), in one query."""
+    """Present GPUs with their node, latest sample, risk, the job holding each (``job_id``, ``tenant``), how many
+    shares hold it (``share_clients``, issue #17: then ``job_id`` is only one of them) and the last XID it reported
+    (``last_xid``), in one query."""
     holder = Allocation.objects.filter(gpu=OuterRef("pk"), released_at__isnull=True).order_by("-pk")
+    clients = holder.filter(compute_percent__isnull=False).order_by().values("gpu").annotate(n=Count("pk")).values("n")
     last_xid = XidRecord.objects.filter(gpu=OuterRef("pk")).order_by("-at", "-pk")
     return (
         Gpu.objects.filter(present=True)
@@ -34,6 +37,7 @@ def gpus_with_telemetry() -> QuerySet[Gpu]:
         .annotate(
             job_id=Subquery(holder.values("job_id")[:1]),
             tenant=Subquery(holder.values("job__tenant__slug")[:1]),
+            share_clients=Coalesce(Subquery(clients[:1]), 0),
             last_xid=Subquery(last_xid.values("xid")[:1]),
         )
         .order_by("node__name", "index")

@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import math
 import uuid as uuidlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from telemetry.sample import GpuInfo, GpuSample, XidEvent
@@ -76,6 +76,7 @@ class _Gpu:
     base_corrected: int
     busy: bool = False
     pids: tuple[int, ...] = ()
+    memory_limits_mb: dict[int, int] = field(default_factory=dict)  # pid -> an MPS client's memory limit
     faults: list[_Active] = field(default_factory=list)
     lost: bool = False
     dbe_volatile: int = 0
@@ -122,11 +123,16 @@ class SimulatedProbe:
 
     # -- controls for the demo and tests --------------------------------------------------------------------------
 
-    def set_busy(self, gpu: int | str, busy: bool, pids: Sequence[int] = ()) -> None:
-        """Mark a GPU as running a job (utilisation, power and memory rise); ``pids`` appear as its processes."""
+    def set_busy(
+        self, gpu: int | str, busy: bool, pids: Sequence[int] = (), memory_limits_mb: Mapping[int, int] | None = None
+    ) -> None:
+        """Mark a GPU as running a job (utilisation, power and memory rise); ``pids`` appear as its processes.
+        ``memory_limits_mb``: MPS clients' memory limits by pid; such a process holds 80 % of its limit, never more
+        (MPS refuses an allocation past it), so the demo's shared GPUs read as the limits say."""
         target = self._find(gpu)
         target.busy = busy
         target.pids = tuple(pids) if busy else ()
+        target.memory_limits_mb = {pid: mb for pid, mb in (memory_limits_mb or {}).items() if pid in target.pids}
 
     def inject(self, gpu: int | str, fault: Fault, *, at: float | None = None) -> None:
         """Start ``fault`` on a GPU (by index or UUID) at ``at``, or at the latest sampled instant when omitted."""
@@ -253,7 +259,10 @@ class SimulatedProbe:
         # memory instead, each under its limit, so the demo's shares never read as memory pressure that would
         # make the agent's guard evict them.
         per_process = min(18_000, int((MEMORY_MB - 512) * 0.9) // max(1, len(gpu.pids)))
-        processes = tuple((pid, per_process) for pid in gpu.pids)
+        limits = gpu.memory_limits_mb
+        processes = tuple(
+            (pid, min(per_process, limits[pid] * 4 // 5) if pid in limits else per_process) for pid in gpu.pids
+        )
         mem_used = 512 + sum(mb for _, mb in processes) if gpu.busy else 512
         growth = self._ecc_growth(gpu, now)
         xid, gpu.last_xid = gpu.last_xid, 0

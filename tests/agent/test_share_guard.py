@@ -25,9 +25,11 @@ OFFLINE = "trap 'echo checkpoint' USR1; trap 'echo stopped; exit 143' TERM; whil
 ONLINE_SLOW = 'echo 80 > "$CORRAL_LATENCY_FILE"; trap "exit 0" TERM; while :; do sleep 0.05; done'
 
 
-def share_order(job: int, command: str, *, gpu: int, online: bool = False, slo: float | None = None) -> StartOrder:
+def share_order(
+    job: int, command: str, *, gpu: int, online: bool = False, slo: float | None = None, memory_gib: int = 1
+) -> StartOrder:
     klass = WorkloadClass.ONLINE if online else WorkloadClass.OFFLINE
-    share = Share(50 if online else 25, 2**30, klass, slo)
+    share = Share(50 if online else 25, memory_gib * 2**30, klass, slo)
     return StartOrder(TaskKey(job, 1, 0), command, (gpu,), {}, share=share)
 
 
@@ -115,10 +117,10 @@ def test_no_eviction_while_the_online_job_meets_its_latency_or_reports_none(node
 
 def test_memory_pressure_evicts_an_offline_client(node) -> None:
     runner, _mps, make_guard = node
-    # Three clients on simulated GPU 0 hold 3 × 18,000 MiB of 81,559: 67 %.
+    # Three clients on simulated GPU 0 with 24 GiB limits hold 3 × 18,000 MiB of 81,559: 67 %.
     guard = make_guard(memory_percent=60.0, sustain_seconds=0.2)
-    runner.start(share_order(1, "sleep 30", gpu=0, online=True))
-    offline = [runner.start(share_order(job, OFFLINE, gpu=0)) for job in (2, 3)]
+    runner.start(share_order(1, "sleep 30", gpu=0, online=True, memory_gib=24))
+    offline = [runner.start(share_order(job, OFFLINE, gpu=0, memory_gib=24)) for job in (2, 3)]
     guard.check()
     assert all(task.eviction is None for task in offline)  # it must hold for sustain_seconds first
     until(runner, lambda: any(task.eviction for task in offline), guard=guard)

@@ -43,3 +43,13 @@ def percent(ratio: object, scale: float = 100.0) -> str:
     """A ratio (0-1; ``scale`` 100) or a percentage (``scale`` 1) as ``73 %``."""
     value = _number(ratio)
     return DASH if value is None else f"{value * scale:.0f} %"
+
+
+@register.filter
+def gib(size: object) -> str:
+    """Bytes as GiB with one decimal (``4294967296`` -> ``4.0 GiB``): the binary unit that nvidia-smi, MPS's memory
+    limit, the CLI and the API's sizes use. Django's ``filesizeformat`` counts in 1024s too but says "GB"."""
+    value = _number(size)
+    if value is None:
+        return DASH
+    return f"{value / (1 << 30):.1f} GiB"

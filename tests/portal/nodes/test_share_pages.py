@@ -29,7 +29,7 @@ def test_the_job_page_says_which_gpu_it_shares_and_with_what(world: World, clien
     client.force_login(world.eve)
     page = client.get(f"/jobs/{online.pk}/").content.decode()
     assert "0.5 of one GPU, online, 4.0" in page
-    assert "n1 GPU 3: 50% compute, 4.0\xa0GB memory, with 1 other share" in page
+    assert "n1 GPU 3: 50% compute, 4.0 GiB memory, with 1 other share" in page
     body = client.get(f"/api/v1/jobs/{online.pk}/").json()
     assert body["share"] == {
         "node": "n1", "gpu_index": 3, "compute_percent": 50, "memory_bytes": 4 * GIB, "neighbours": 1,
@@ -44,6 +44,17 @@ def test_the_job_list_shows_a_share_as_its_fraction(world: World, client: Client
     assert '<td>0.1 <small class="muted">share</small></td>' in table
 
 
+def test_the_node_list_names_shared_gpus_and_counts_their_shares(world: World, client: Client) -> None:
+    """The list used to name one of a shared GPU's jobs as if it held the GPU alone."""
+    _two_shares(world)
+    share_gpus(world.nodes[0], [2])  # shared, and no share on it yet
+    client.force_login(world.eve)
+    table = client.get("/nodes/").content.decode()
+    assert "GPUs allocated, 1 of them to shares of a GPU." in table
+    assert 'data-testid="gpu-shares">shared: 2 shares</a>' in table
+    assert "#2 free (shared)" in table
+
+
 def test_the_node_page_lists_shares_and_evictions_and_metrics_count_them(world: World, client: Client) -> None:
     online, offline = _two_shares(world)
     assert offline.state == "running"
@@ -54,6 +65,7 @@ def test_the_node_page_lists_shares_and_evictions_and_metrics_count_them(world: 
     client.force_login(world.admin)
     page = client.get("/nodes/n1/").content.decode()
     assert 'data-testid="shared-gpu-3"' in page and f"job {online.pk}</a> online: 50%" in page
+    assert 'data-testid="gpu-share-count">1 share</a>' in page  # the GPUs table: the share that was not evicted
     row = page.split('data-testid="shared-gpu-3"')[1].split("</tr>")[0]
     assert "<td>50%</td>" in row and "<td>1</td>" in row  # compute given, and the one eviction
     world.admin.is_staff = True
