@@ -324,14 +324,16 @@ def _node_state(node: Node) -> Text:
 
 
 def _gpu_state(gpu: Gpu) -> Text:
-    """``free``, ``allocated``, ``shared (3 shares)``, or the GPU's health when it is not healthy (with the fault,
-    e.g. an XID)."""
+    """``free``, ``free (shared)``, ``allocated``, ``shared (3 shares)``, or the GPU's health when it is not healthy
+    (with the fault, e.g. an XID)."""
     state = gpu.get("state") or gpu.get("health") or "?"
     styles = {"free": "green", "allocated": "cyan", "shared": "cyan", "stopping": "yellow", "cordoned": "yellow"}
     text = Text(state, style=styles.get(state, "red"))
     if state == "shared":
         clients = gpu.get("clients", 0)
         text.append(f" ({clients} share{'' if clients == 1 else 's'})")
+    elif state == "free" and gpu.get("shared"):
+        text.append(" (shared)")  # it takes shares of a GPU only, never a whole-GPU job (issue #17)
     elif state not in ("free", "allocated") and gpu.get("health_detail"):
         text.append(f" ({gpu['health_detail']})")
     return text

@@ -50,6 +50,7 @@ def test_the_portal_holds_the_upper_bound(corral: Invoke, logged_in: Portal) -> 
 
 def test_an_online_shares_latency_target_reaches_the_agent(corral: Invoke, agent: FakeAgent) -> None:  # noqa: F811
     Gpu.objects.filter(node__name="gpu-up", index=1).update(shared=True)
+    assert sum("free (shared)" in line for line in corral("nodes").stdout.splitlines()) == 1
     result = corral(
         "submit", "--gpus", "0.25", "--class", "online", "--latency-slo-ms", "50", "--json", "--", "python", "serve.py"
     )
