@@ -17,11 +17,21 @@ Pure: ``now`` is an argument, no I/O.
 from __future__ import annotations
 
 import heapq
+from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from scheduling.core.forecast import StartForecast, StartOutlook
 from scheduling.core.model import JobId
-from scheduling.core.sharing import DEFAULT_POLICY, ShareDemand, SharedGpuState, SharingPolicy, fits, tenant_for
+from scheduling.core.sharing import (
+    DEFAULT_POLICY,
+    Shape,
+    ShareDemand,
+    SharedGpuState,
+    SharingPolicy,
+    fits,
+    share_shape,
+    tenant_for,
+)
 
 
 def forecast_share_starts(
@@ -42,32 +52,56 @@ def forecast_share_starts(
     events = [(end, str(job_id), job_id) for job_id, end in ends.items() if job_id in where]
     heapq.heapify(events)
     result: dict[JobId, StartForecast] = {}
-    queue = [d for d in waiting if _fits_somewhere_empty(states, d, policy)]
-    result.update((d.job_id, StartForecast(StartOutlook.NO_CAPACITY)) for d in waiting if d not in queue)
+    could_ever: dict[Shape, bool] = {}
+    for demand in waiting:
+        if share_shape(demand) not in could_ever:
+            could_ever[share_shape(demand)] = _fits_somewhere_empty(states, demand, policy)
+    queue = [d for d in waiting if could_ever[share_shape(d)]]
+    result.update(
+        (d.job_id, StartForecast(StartOutlook.NO_CAPACITY)) for d in waiting if not could_ever[share_shape(d)]
+    )
+    shapes = Counter(share_shape(d) for d in queue)
+    # After each try no waiting share fits any GPU, so the next try need only look at the GPUs that the shares
+    # ending then have freed; and within a try, a shape that fits none of them fits none for the rest of the try.
+    candidates: Sequence[int] = range(len(states))
     t = now
     while queue:
         if t - now > horizon:
             break
-        left: list[ShareDemand] = []
+        hopeless: set[Shape] = set()
+        started: set[JobId] = set()
         for demand in queue:
-            index = next((i for i, state in enumerate(states) if fits(state, demand, policy)), None)
+            if len(hopeless) == len(shapes):
+                break  # every shape still waiting fits nowhere now
+            shape = share_shape(demand)
+            if shape in hopeless:
+                continue
+            index = next((i for i in candidates if fits(states[i], demand, policy)), None)
             if index is None:
-                left.append(demand)
+                hopeless.add(shape)
                 continue
             states[index] = states[index].with_tenant(tenant_for(states[index], demand, started=t, policy=policy))
             where[demand.job_id] = index
+            started.add(demand.job_id)
+            shapes[shape] -= 1
+            if not shapes[shape]:
+                del shapes[shape]
             result[demand.job_id] = StartForecast(StartOutlook.ESTIMATED, max(now, t))
             run = runs.get(demand.job_id)
             if run is not None:
                 heapq.heappush(events, (t + max(0.0, run), str(demand.job_id), demand.job_id))
-        queue = left
+        if started:
+            queue = [d for d in queue if d.job_id not in started]
         if not queue or not events:
             break
         t = events[0][0]
+        freed: set[int] = set()
         while events and events[0][0] <= t:  # every share that ends at ``t`` leaves before the next try
             _, _, job_id = heapq.heappop(events)
             index = where.pop(job_id)
             states[index] = states[index].without([job_id])
+            freed.add(index)
+        candidates = sorted(freed)
     # Left waiting: past the horizon, or behind shares (or a whole-GPU job on a shared GPU) with no estimable end.
     outlook = StartOutlook.BEYOND_HORIZON if t - now > horizon else StartOutlook.UNKNOWN_END
     result.update((demand.job_id, StartForecast(outlook)) for demand in queue)

@@ -30,6 +30,7 @@ import numpy as np
 from scheduling.core.model import JobId
 from scheduling.core.sharing import (
     DEFAULT_POLICY,
+    Shape,
     ShareDemand,
     SharedGpuState,
     SharingPolicy,
@@ -38,6 +39,7 @@ from scheduling.core.sharing import (
     neighbour_load,
     offline_capacity,
     offline_in_use,
+    share_shape,
     tenant_for,
 )
 
@@ -95,9 +97,18 @@ def first_fit(
     """Each share, in queue order (online first), on the first GPU it fits."""
     state = list(gpus)
     out = []
+    hopeless: set[Shape] = set()
+    first_possible: dict[Shape, int] = {}  # GPUs before it refused this shape, and have only filled up since
     for demand in _online_first(waiting):
-        index = next((i for i, g in enumerate(state) if fits(g, demand, policy)), None)
-        if index is not None:
+        shape = share_shape(demand)
+        if shape in hopeless:
+            continue
+        start = first_possible.get(shape, 0)
+        index = next((i for i in range(start, len(state)) if fits(state[i], demand, policy)), None)
+        if index is None:
+            hopeless.add(shape)
+        else:
+            first_possible[shape] = index
             out.append(_apply(state, index, demand, now, policy))
     return PlaceResult(tuple(out), tuple(state))
 
@@ -119,21 +130,40 @@ def best_fit(
     use it. A GPU nobody uses yet is taken only when no used GPU fits (it keeps whole GPUs whole)."""
     state = list(gpus)
     order = _online_first(waiting)
+    # smallest_after[n]: the smallest ask behind share n (0 for the last), for the stranded-room test.
+    smallest_after = [0.0] * len(order)
+    for n in range(len(order) - 2, -1, -1):
+        later = order[n + 1].gpu_fraction
+        smallest_after[n] = later if n == len(order) - 2 else min(later, smallest_after[n + 1])
     out = []
+    hopeless: set[Shape] = set()
+    # Shape -> per GPU, the room placing that shape there leaves (None: it does not fit); a GPU's entries are dropped
+    # when a placement changes it, so each shape asks each GPU again only after that GPU changed.
+    room: dict[Shape, dict[int, float | None]] = {}
     for n, demand in enumerate(order):
-        rest = [d.gpu_fraction for d in order[n + 1 :]]
-        smallest = min(rest) if rest else 0.0
+        shape = share_shape(demand)
+        if shape in hopeless:
+            continue
+        known = room.setdefault(shape, {})
+        smallest = smallest_after[n]
         best: tuple[tuple[bool, float, float], int] | None = None
         for i, g in enumerate(state):
-            if not fits(g, demand, policy):
+            if i not in known:
+                fit = fits(g, demand, policy)
+                known[i] = room_after(g.with_tenant(tenant_for(g, demand, policy=policy)), policy) if fit else None
+            left = known[i]
+            if left is None:
                 continue
-            left = room_after(g.with_tenant(tenant_for(g, demand, policy=policy)), policy)
             stranded = left if 0 < left < smallest else 0.0
             key = (not g.tenants, stranded, left)
             if best is None or key < best[0]:
                 best = (key, i)
-        if best is not None:
+        if best is None:
+            hopeless.add(shape)
+        else:
             out.append(_apply(state, best[1], demand, now, policy))
+            for entries in room.values():
+                entries.pop(best[1], None)
     return PlaceResult(tuple(out), tuple(state))
 
 
@@ -156,6 +186,19 @@ def benefit(
     - position: the share's place in the queue, 0 (oldest) to 1, so older shares win ties and do not starve;
     - and ``W_ONLINE`` for an online share, which is latency-critical: it wins a GPU both could take.
     """
+    placed, risk = _benefit_terms(state, demand, policy)
+    return (
+        placed
+        - W_RISK * (1 + demand.evictions) * risk
+        + W_QUEUE * (1.0 - position)
+        + (W_ONLINE if demand.workload_class == WorkloadClass.ONLINE else 0.0)
+    )
+
+
+def _benefit_terms(state: SharedGpuState, demand: ShareDemand, policy: SharingPolicy) -> tuple[float, float]:
+    """The part of :func:`benefit` that depends only on the share's shape and the GPU (``speed + W_FILL * fill -
+    W_MEMORY * memory``), and the risk, which the share's own history weighs. The matching asks this once per shape
+    and GPU, and adds each share's history and queue position (in :func:`benefit`'s order, so the sums are equal)."""
     tenant = tenant_for(state, demand, policy=policy)
     after = state.with_tenant(tenant)
     model = policy.model
@@ -169,14 +212,7 @@ def benefit(
     if demand.workload_class == WorkloadClass.OFFLINE and state.online is not None:
         load = state.online.fraction if state.online_load is None else state.online_load
         risk = min(1.0, load / state.online.fraction)
-    return (
-        speed
-        + W_FILL * fill
-        - W_MEMORY * memory
-        - W_RISK * (1 + demand.evictions) * risk
-        + W_QUEUE * (1.0 - position)
-        + (W_ONLINE if demand.workload_class == WorkloadClass.ONLINE else 0.0)
-    )
+    return speed + W_FILL * fill - W_MEMORY * memory, risk
 
 
 def matching(
@@ -211,14 +247,15 @@ def matching(
     n_all = max(1, len(left) - 1)
     position = {d.job_id: i / n_all for i, d in enumerate(left)}
     out: list[SharePlacement] = []
+    hopeless: set[Shape] = set()
     while left:
         window = left[:MATCH_WINDOW]
         columns, weights = _round_weights(state, window, position, policy)
-        feasible_rows = np.flatnonzero((weights > _INFEASIBLE).any(axis=1))
+        feasible_rows = np.flatnonzero((weights > _INFEASIBLE).any(axis=1))  # a "wait" column is beside a real one
+        placeable = set(feasible_rows.tolist())
+        hopeless.update(share_shape(d) for r, d in enumerate(window) if r not in placeable)
         if feasible_rows.size == 0:
-            if len(left) <= MATCH_WINDOW:
-                break
-            left = left[MATCH_WINDOW:]  # nothing in this window fits anywhere: look further down the queue
+            left = [d for d in left if share_shape(d) not in hopeless]  # look further down the queue
             continue
         rows, cols = linear_sum_assignment(weights[feasible_rows], maximize=True)
         placed: set[JobId] = set()
@@ -234,7 +271,7 @@ def matching(
                 placed.add(demand.job_id)
         if not placed:
             break
-        left = [d for d in left if d.job_id not in placed]
+        left = [d for d in left if d.job_id not in placed and share_shape(d) not in hopeless]
     return PlaceResult(tuple(out), tuple(state))
 
 
@@ -257,14 +294,29 @@ def _round_weights(
         if not g.tenants and g.whole_holder is None:
             kinds.setdefault((g.gpu.memory_bytes, g.gpu.reserve_bytes, g.gpu.max_clients, g.gpu.sharing), []).append(i)
 
-    def weight(g: SharedGpuState, demand: ShareDemand) -> float:
-        return benefit(g, demand, position[demand.job_id], policy) if fits(g, demand, policy) else _INFEASIBLE
-
-    on_used = np.array([[weight(state[i], d) for i in used] for d in window]).reshape(len(window), len(used))
+    # Whether each shape fits each candidate GPU, asked once per shape (a waiting queue has few shapes); then the
+    # benefit only of the pairs that fit.
+    candidates = used + [members[0] for members in kinds.values()]
+    shape_row: dict[Shape, int] = {}
+    rows_of = np.array([shape_row.setdefault(share_shape(d), len(shape_row)) for d in window], dtype=int)
+    representative = {row: d for d, row in zip(window, rows_of.tolist(), strict=True)}
+    by_shape = np.array(
+        [[fits(state[i], representative[row], policy) for i in candidates] for row in range(len(shape_row))], dtype=bool
+    ).reshape(len(shape_row), len(candidates))
+    placed = np.full(by_shape.shape, _INFEASIBLE)
+    risk = np.zeros(by_shape.shape)
+    for r, c in zip(*np.nonzero(by_shape), strict=True):
+        placed[r, c], risk[r, c] = _benefit_terms(state[candidates[c]], representative[int(r)], policy)
+    history = np.array([1 + d.evictions for d in window], dtype=float)[:, None]
+    queue = np.array([1.0 - position[d.job_id] for d in window])[:, None]
+    online = np.array([W_ONLINE if d.workload_class == WorkloadClass.ONLINE else 0.0 for d in window])[:, None]
+    scores = placed[rows_of] - W_RISK * history * risk[rows_of] + W_QUEUE * queue + online
+    scores[~by_shape[rows_of]] = _INFEASIBLE
+    on_used = scores[:, : len(used)]
     best_used = on_used.max(axis=1, initial=_INFEASIBLE)
     blocks, columns = [on_used], list(used)
-    for members in kinds.values():
-        on_kind = np.array([weight(state[members[0]], d) for d in window])
+    for k, members in enumerate(kinds.values()):
+        on_kind = scores[:, len(used) + k]
         homeless = (on_kind > _INFEASIBLE) & (best_used <= _INFEASIBLE)
         wanted = math.ceil(sum(d.gpu_fraction for d, h in zip(window, homeless, strict=True) if h) - 1e-9)
         offered = members[: max(1, min(len(members), wanted))]

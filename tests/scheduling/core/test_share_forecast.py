@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from scheduling.core.forecast import StartOutlook
 from scheduling.core.share_forecast import forecast_share_starts
 from scheduling.core.sharing import ShareDemand, SharedGpu, SharedGpuState, ShareTenant, WorkloadClass
@@ -46,3 +49,70 @@ def test_past_the_horizon_and_too_big_for_any_gpu() -> None:
     assert late[2].outlook == StartOutlook.BEYOND_HORIZON
     huge = forecast_share_starts([state], [_wants(3, 0.5, 80)], ends={1: NOW + 10}, runs={}, now=NOW, horizon=60)
     assert huge[3].outlook == StartOutlook.NO_CAPACITY
+
+
+def _forecast_by_trying_everything(gpus, waiting, *, ends, runs, now, horizon):  # noqa: ANN001, ANN202
+    """The forecast's play written the plain way: at every try, every waiting share against every GPU. The real one
+    skips what cannot have changed; both must say the same."""
+    import heapq
+
+    from scheduling.core.forecast import StartForecast
+    from scheduling.core.sharing import fits, tenant_for
+
+    states = list(gpus)
+    where = {t.job_id: i for i, s in enumerate(states) for t in s.tenants}
+    events = [(end, str(j), j) for j, end in ends.items() if j in where]
+    heapq.heapify(events)
+    never = {d.job_id for d in waiting if not any(fits(SharedGpuState(gpu=s.gpu), d) for s in states)}
+    result = {j: StartForecast(StartOutlook.NO_CAPACITY) for j in never}
+    queue, t = [d for d in waiting if d.job_id not in never], now
+    while queue and t - now <= horizon:
+        left = []
+        for d in queue:
+            index = next((i for i, s in enumerate(states) if fits(s, d)), None)
+            if index is None:
+                left.append(d)
+                continue
+            states[index] = states[index].with_tenant(tenant_for(states[index], d, started=t))
+            where[d.job_id] = index
+            result[d.job_id] = StartForecast(StartOutlook.ESTIMATED, max(now, t))
+            if d.job_id in runs:
+                heapq.heappush(events, (t + runs[d.job_id], str(d.job_id), d.job_id))
+        queue = left
+        if not queue or not events:
+            break
+        t = events[0][0]
+        while events and events[0][0] <= t:
+            _, _, j = heapq.heappop(events)
+            index = where.pop(j)
+            states[index] = states[index].without([j])
+    outlook = StartOutlook.BEYOND_HORIZON if t - now > horizon else StartOutlook.UNKNOWN_END
+    result.update((d.job_id, StartForecast(outlook)) for d in queue)
+    return result
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_the_forecast_says_what_trying_every_share_on_every_gpu_says(data: st.DataObject) -> None:
+    sizes = st.sampled_from([0.1, 0.25, 0.5, 0.75])  # few shapes, as in a real queue: the skipping is exercised
+    gpus, ends, job = [], {}, 100
+    for i in range(data.draw(st.integers(1, 4))):
+        tenants = []
+        for _ in range(data.draw(st.integers(0, 2))):
+            fraction = data.draw(sizes)
+            if sum(t.fraction for t in tenants) + fraction <= 1:
+                tenants.append(_running(job, fraction, 8))
+                if data.draw(st.booleans()):
+                    ends[job] = NOW + data.draw(st.integers(0, 5)) * 100.0
+                job += 1
+        gpus.append(
+            SharedGpuState(gpu=SharedGpu("n", i, data.draw(st.sampled_from([16, 40])) * GIB), tenants=tuple(tenants))
+        )
+    waiting = [
+        _wants(j, data.draw(sizes), data.draw(st.sampled_from([4, 8, 20])))
+        for j in range(data.draw(st.integers(0, 12)))
+    ]
+    runs = {d.job_id: data.draw(st.integers(1, 4)) * 100.0 for d in waiting if data.draw(st.booleans())}
+    horizon = data.draw(st.sampled_from([250.0, 86_400.0]))
+    args = {"ends": ends, "runs": runs, "now": NOW, "horizon": horizon}
+    assert forecast_share_starts(gpus, waiting, **args) == _forecast_by_trying_everything(gpus, waiting, **args)
