@@ -7,7 +7,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduling.core.share_placement import PLACERS, benefit, best_fit, first_fit, matching, resolve_placer
+from scheduling.core.share_placement import (
+    PLACERS,
+    benefit,
+    best_fit,
+    first_fit,
+    matching,
+    resolve_placer,
+    room_after,
+)
 from scheduling.core.sharing import (
     GIB,
     ShareDemand,
@@ -16,6 +24,7 @@ from scheduling.core.sharing import (
     SharingPolicy,
     WorkloadClass,
     evictions_for_load,
+    fits,
     online_reserved,
     tenant_for,
     violations,
@@ -195,3 +204,67 @@ def test_matching_still_opens_an_empty_gpu_where_the_benefit_says_so():
 def test_an_unknown_placer_is_refused():
     with pytest.raises(ValueError, match="first-fit"):
         resolve_placer("random")
+
+
+def _plain_first_fit(gpus, waiting, policy):  # noqa: ANN001, ANN202
+    """First-fit written the plain way: every share asks every GPU from the first."""
+    state, out = list(gpus), []
+    for d in sorted(waiting, key=lambda d: d.workload_class != ONLINE):
+        index = next((i for i, g in enumerate(state) if fits(g, d, policy)), None)
+        if index is not None:
+            tenant = tenant_for(state[index], d, policy=policy)
+            state[index] = state[index].with_tenant(tenant)
+            out.append((d.job_id, index, tenant.grant))
+    return out
+
+
+def _plain_best_fit(gpus, waiting, policy):  # noqa: ANN001, ANN202
+    """Best-fit written the plain way: every share weighs every GPU afresh."""
+    state, out = list(gpus), []
+    order = sorted(waiting, key=lambda d: d.workload_class != ONLINE)
+    for n, d in enumerate(order):
+        smallest = min((x.gpu_fraction for x in order[n + 1 :]), default=0.0)
+        keys = []
+        for i, g in enumerate(state):
+            if fits(g, d, policy):
+                left = room_after(g.with_tenant(tenant_for(g, d, policy=policy)), policy)
+                keys.append(((not g.tenants, left if 0 < left < smallest else 0.0, left), i))
+        if keys:
+            index = min(keys)[1]
+            tenant = tenant_for(state[index], d, policy=policy)
+            state[index] = state[index].with_tenant(tenant)
+            out.append((d.job_id, index, tenant.grant))
+    return out
+
+
+@st.composite
+def queues_of_few_shapes(draw):
+    """A cluster, and a queue in which many shares have the same shape (as in a real queue), so that the placers'
+    skipping by shape is exercised."""
+    gpus, _, policy = draw(clusters())
+    shapes = draw(
+        st.lists(
+            st.tuples(
+                st.sampled_from([0.1, 0.25, 0.5, 0.6]),
+                st.sampled_from([None, GIB, 20 * GIB]),
+                st.sampled_from([OFFLINE, OFFLINE, ONLINE]),
+                st.booleans(),
+            ),
+            min_size=1,
+            max_size=3,
+        )
+    )
+    picks = draw(st.lists(st.sampled_from(shapes), max_size=30))
+    demands = [ShareDemand(j, f, c, gpu_memory_bytes=m, guaranteed=g) for j, (f, m, c, g) in enumerate(picks)]
+    return gpus, demands, policy
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.one_of(clusters(), queues_of_few_shapes()))
+def test_first_fit_and_best_fit_place_as_the_plain_versions_do(data):
+    """The placers skip shapes that fit nowhere and remember what each GPU would be left with; a placement only
+    ever fills a GPU, so the skipping must never change a decision."""
+    gpus, demands, policy = data
+    for placer, plain in ((first_fit, _plain_first_fit), (best_fit, _plain_best_fit)):
+        got = [(p.job_id, p.index, p.grant) for p in placer(gpus, demands, 0.0, policy).placements]
+        assert got == plain(gpus, demands, policy), placer.__name__
