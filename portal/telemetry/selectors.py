@@ -25,11 +25,9 @@ RECENT = 20
 
 
 def gpus_with_telemetry() -> QuerySet[Gpu]:
-    """Present GPUs with their node, latest sample, risk, the job holding each (``job_id``, ``tenant``), how many
-    shares hold it (``share_clients``, issue #17: then ``job_id`` is only one of them) and the last XID it reported
-    (``last_xid``), in one query."""
+    """Present GPUs with their node, latest sample, risk, the job holding each (``job_id``, ``tenant``) and the
+    last XID it reported (``last_xid``), in one query."""
     holder = Allocation.objects.filter(gpu=OuterRef("pk"), released_at__isnull=True).order_by("-pk")
-    clients = holder.filter(compute_percent__isnull=False).order_by().values("gpu").annotate(n=Count("pk")).values("n")
     last_xid = XidRecord.objects.filter(gpu=OuterRef("pk")).order_by("-at", "-pk")
     return (
         Gpu.objects.filter(present=True)
@@ -37,7 +35,6 @@ def gpus_with_telemetry() -> QuerySet[Gpu]:
         .annotate(
             job_id=Subquery(holder.values("job_id")[:1]),
             tenant=Subquery(holder.values("job__tenant__slug")[:1]),
-            share_clients=Coalesce(Subquery(clients[:1]), 0),
             last_xid=Subquery(last_xid.values("xid")[:1]),
         )
         .order_by("node__name", "index")
@@ -86,7 +83,15 @@ def node_page(*, name: str) -> NodePage | None:
     node = Node.objects.filter(name=name).first()
     if node is None:
         return None
-    gpus = list(gpus_with_telemetry().filter(node=node))
+    # How many shares hold each GPU (issue #17): on a shared GPU ``job_id`` is only one of them.
+    clients = (
+        Allocation.objects.filter(gpu=OuterRef("pk"), released_at__isnull=True, compute_percent__isnull=False)
+        .order_by()
+        .values("gpu")
+        .annotate(n=Count("pk"))
+        .values("n")
+    )
+    gpus = list(gpus_with_telemetry().filter(node=node).annotate(share_clients=Coalesce(Subquery(clients[:1]), 0)))
     xids = list(XidRecord.objects.filter(gpu__node=node).select_related("gpu")[:RECENT])
     events = list(GpuHealthEvent.objects.filter(gpu__node=node).select_related("gpu")[:RECENT])
     alerts = list(alert_list(node=name).order_by("resolved_at", "-at")[:RECENT])
