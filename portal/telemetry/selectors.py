@@ -5,7 +5,7 @@ utilization of shared GPUs that the scheduler's share round takes as their onlin
 from __future__ import annotations
 
 import operator
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import reduce
@@ -56,7 +56,7 @@ class NodePage:
     """Everything the node page shows."""
 
     node: Node
-    gpus: list[Gpu]
+    gpus: Sequence[Gpu]
     telemetry: NodeTelemetry | None
     xids: list[tuple[XidRecord, str]]
     events: list[GpuHealthEvent]
