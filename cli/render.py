@@ -291,7 +291,11 @@ def _placement(job: Job) -> str:
     indices = job.get("gpu_indices") or []
     if not where:
         return ""
-    return f"{where}  GPUs {', '.join(str(i) for i in indices)}" if indices else where
+    if not indices:
+        return where
+    if job.get("gpu_fraction"):  # a share of one GPU (issue #17): "GPUs 0" would read as the whole GPU
+        return f"{where}  GPU {indices[0]} (shared)"
+    return f"{where}  GPUs {', '.join(str(i) for i in indices)}"
 
 
 def _where_or_why(job: Job) -> str:

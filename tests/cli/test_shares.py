@@ -59,4 +59,4 @@ def test_submit_a_share_and_show_which_gpu_it_shares(corral: Invoke, agent: Fake
     assert re.search(r"Shares\s+gpu-up GPU 1: 25% compute, 8.0 GiB memory, 0 other shares", detail), detail
     assert Job.objects.get(pk=job_id).gpu_fraction == 0.25
     listed = next(line for line in corral("jobs").stdout.splitlines() if line.strip().startswith(str(job_id)))
-    assert " 0.25 " in listed, listed
+    assert " 0.25 " in listed and listed.rstrip().endswith("gpu-up  GPU 1 (shared)"), listed
