@@ -17,6 +17,7 @@ from scheduling.core.share_placement import (
     room_after,
 )
 from scheduling.core.sharing import (
+    DEFAULT_POLICY,
     GIB,
     ShareDemand,
     SharedGpu,
@@ -181,12 +182,18 @@ def test_more_shares_than_gpus_take_several_matching_rounds():
 
 def test_a_burst_of_shares_packs_instead_of_taking_one_empty_gpu_each():
     """Shares that arrive together still share: each GPU takes one new client per matching round, which used to
-    send the second and third share of a burst to empty GPUs of their own (the demo showed 0.5 + 0.25 + 0.25 on
-    three GPUs). Now a share waits a round for a GPU in use, and empty GPUs are opened only as the burst needs."""
+    send the second and third share of a burst to empty GPUs of their own. Now a share waits a round for a GPU in
+    use, and empty GPUs are opened only as the burst needs."""
     waiting = [demand(1, 0.5, ONLINE), demand(2, 0.25), demand(3, 0.25)]
     result = matching(empty(4), waiting, 0.0, STRICT)
     assert len(result.placements) == 3
     assert [len(g.tenants) for g in result.gpus] == [3, 0, 0, 0]
+    # The demo's case, under the default 5 % online slowdown budget: an online share runs, two offline shares arrive
+    # together. They took two more GPUs; now one joins the online share (squeezed to what the budget leaves).
+    g0, *rest = empty(4)
+    online = SharedGpuState(g0.gpu, preload(g0, demand(100, 0.5, ONLINE), DEFAULT_POLICY).tenants)
+    demo = matching([online, *rest], [demand(2, 0.25), demand(3, 0.25)], 0.0, DEFAULT_POLICY)
+    assert len(demo.placements) == 2 and sum(bool(g.tenants) for g in demo.gpus) == 2
     burst = [demand(j, 0.25) for j in range(10)]  # 2.5 GPUs' worth: three GPUs, not ten
     packed = matching(empty(10), burst, 0.0, STRICT)
     assert len(packed.placements) == 10 and sum(bool(g.tenants) for g in packed.gpus) == 3
