@@ -141,11 +141,10 @@ _Capped = dict[tuple[str, str | None], int]
 
 
 def _capped_waiters(snapshot: Snapshot, decision: Decision) -> _Capped:
-    views = {job.id: job for job in snapshot.jobs}
     capped: _Capped = {}
     for job in snapshot.jobs:  # queue order
         wait = decision.waiting.get(job.id)
-        if wait is None or job.id not in views:
+        if wait is None:
             continue
         if wait.reason == WaitReason.TENANT_CAP_REACHED:
             capped.setdefault((job.tenant, None), _minimum(job))

@@ -97,18 +97,15 @@ def first_fit(
     """Each share, in queue order (online first), on the first GPU it fits."""
     state = list(gpus)
     out = []
-    hopeless: set[Shape] = set()
-    first_possible: dict[Shape, int] = {}  # GPUs before it refused this shape, and have only filled up since
+    # Shape -> the first GPU it may still fit: those before refused it and have only filled up since (past the
+    # last GPU: it fits none, and its later shares are not asked again).
+    first_possible: dict[Shape, int] = {}
     for demand in _online_first(waiting):
         shape = share_shape(demand)
-        if shape in hopeless:
-            continue
         start = first_possible.get(shape, 0)
-        index = next((i for i in range(start, len(state)) if fits(state[i], demand, policy)), None)
-        if index is None:
-            hopeless.add(shape)
-        else:
-            first_possible[shape] = index
+        index = next((i for i in range(start, len(state)) if fits(state[i], demand, policy)), len(state))
+        first_possible[shape] = index
+        if index < len(state):
             out.append(_apply(state, index, demand, now, policy))
     return PlaceResult(tuple(out), tuple(state))
 
@@ -133,8 +130,7 @@ def best_fit(
     # smallest_after[n]: the smallest ask behind share n (0 for the last), for the stranded-room test.
     smallest_after = [0.0] * len(order)
     for n in range(len(order) - 2, -1, -1):
-        later = order[n + 1].gpu_fraction
-        smallest_after[n] = later if n == len(order) - 2 else min(later, smallest_after[n + 1])
+        smallest_after[n] = min(order[n + 1].gpu_fraction, smallest_after[n + 1] or 1.0)  # 0 behind the last
     out = []
     hopeless: set[Shape] = set()
     # Shape -> per GPU, the room placing that shape there leaves (None: it does not fit); a GPU's entries are dropped
